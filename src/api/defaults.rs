@@ -1,0 +1,134 @@
+//! Defaulting (SPEC §2), on the raw JSON object so that the mutating webhook's patch only
+//! adds what is absent and never rewrites a field the user set. The controllers treat an
+//! absent value exactly as its default, so behaviour never depends on the webhook.
+
+use serde_json::{Map, Value, json};
+
+use super::validation::{FieldError, MAX_CANARY_STEPS, OwnedKind, parse};
+use super::{PodSet, RoleSet, StormService};
+
+/// Default StormService `spec.replicas` and role `replicas`.
+pub const DEFAULT_REPLICAS: i64 = 1;
+/// Default StormService `spec.revisionHistoryLimit`.
+pub const DEFAULT_REVISION_HISTORY_LIMIT: i64 = 10;
+/// Default StormService `spec.progressDeadlineSeconds`.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
+
+/// Applies the defaults of SPEC §2 to a raw object of an owned kind, in place.
+///
+/// An object that does not parse into squall's types is left untouched and the parse error
+/// is returned, so the API server's own schema validation reports the real problem. Kinds
+/// squall does not own are left untouched. Applying the defaults twice changes nothing the
+/// second time.
+pub fn apply_defaults(object: &mut Value) -> Result<(), FieldError> {
+    match OwnedKind::of(object) {
+        Some(OwnedKind::StormService) => {
+            parse::<StormService>(object)?;
+            default_stormservice(object);
+        }
+        Some(OwnedKind::RoleSet) => {
+            parse::<RoleSet>(object)?;
+            if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+                default_roleset_spec(spec);
+            }
+        }
+        Some(OwnedKind::PodSet) => {
+            // No defaults beyond the CRD schema's; parsing still reports a bad object.
+            parse::<PodSet>(object)?;
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+fn default_stormservice(object: &mut Value) {
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_absent(spec, "replicas", json!(DEFAULT_REPLICAS));
+    set_absent(spec, "revisionHistoryLimit", json!(DEFAULT_REVISION_HISTORY_LIMIT));
+    set_absent(
+        spec,
+        "progressDeadlineSeconds",
+        json!(DEFAULT_PROGRESS_DEADLINE_SECONDS),
+    );
+
+    let strategy = object_entry(spec, "updateStrategy");
+    set_absent(strategy, "type", json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        default_budgets(strategy);
+    }
+    if let Some(steps) = strategy
+        .get_mut("canary")
+        .and_then(|c| c.get_mut("steps"))
+        .and_then(Value::as_array_mut)
+    {
+        append_full_weight_step(steps);
+    }
+
+    if let Some(template_spec) = spec
+        .get_mut("template")
+        .and_then(|t| t.get_mut("spec"))
+        .and_then(Value::as_object_mut)
+    {
+        default_roleset_spec(template_spec);
+    }
+}
+
+/// Defaults of a RoleSet spec (also `StormService.spec.template.spec`).
+fn default_roleset_spec(spec: &mut Map<String, Value>) {
+    set_absent(spec, "updateStrategy", json!("Sequential"));
+    for role in spec
+        .get_mut("roles")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        set_absent(role, "replicas", json!(DEFAULT_REPLICAS));
+        set_absent(role, "upgradeOrder", json!(0));
+        let strategy = object_entry(role, "updateStrategy");
+        set_absent(strategy, "type", json!("Recreate"));
+        default_budgets(strategy);
+    }
+}
+
+/// `maxUnavailable: 1`, `maxSurge: 0`, only when both are absent.
+fn default_budgets(strategy: &mut Map<String, Value>) {
+    if is_absent(strategy, "maxUnavailable") && is_absent(strategy, "maxSurge") {
+        strategy.insert("maxUnavailable".into(), json!(1));
+        strategy.insert("maxSurge".into(), json!(0));
+    }
+}
+
+/// Argo's implicit final 100 %, made visible: appended when the steps do not end with
+/// `setWeight: 100`. Lists longer than validation allows are left for validation to deny.
+fn append_full_weight_step(steps: &mut Vec<Value>) {
+    let ends_at_full_weight = steps
+        .last()
+        .is_some_and(|last| last.get("setWeight") == Some(&json!(100)));
+    if !steps.is_empty() && !ends_at_full_weight && steps.len() <= MAX_CANARY_STEPS {
+        steps.push(json!({"setWeight": 100}));
+    }
+}
+
+/// Absent or `null` (which the API server treats as absent).
+fn is_absent(map: &Map<String, Value>, key: &str) -> bool {
+    map.get(key).is_none_or(Value::is_null)
+}
+
+fn set_absent(map: &mut Map<String, Value>, key: &str, value: Value) {
+    if is_absent(map, key) {
+        map.insert(key.to_string(), value);
+    }
+}
+
+/// The object at `key`, created empty when absent.
+fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    if !map.get(key).is_some_and(Value::is_object) {
+        map.insert(key.to_string(), Value::Object(Map::new()));
+    }
+    map.get_mut(key)
+        .and_then(Value::as_object_mut)
+        .expect("inserted above")
+}

@@ -1,0 +1,20 @@
+//! The `orchestration.aibrix.ai/v1alpha1` API: types, defaulting and validation.
+//! Pure code only — no I/O — so the webhook, the controllers and `squall lint` share it.
+
+pub mod common;
+pub mod defaults;
+pub mod keys;
+pub mod podset;
+pub mod roleset;
+pub mod stormservice;
+pub mod validation;
+
+pub use common::*;
+pub use podset::*;
+pub use roleset::*;
+pub use stormservice::*;
+
+/// API group of all three kinds.
+pub const GROUP: &str = "orchestration.aibrix.ai";
+/// The only served and stored version.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,192 @@
+//! RoleSet: one replica of a StormService — the pods (or PodSets) of every role
+//! (AIBRIX-REFERENCE §1.2, SPEC §5.2).
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    Condition, DisruptionTolerance, RoleStatus, SchedulingStrategy, TopologyPolicy,
+};
+
+/// The roles of one inference-service replica and how they are updated.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "orchestration.aibrix.ai",
+    version = "v1alpha1",
+    kind = "RoleSet",
+    namespaced,
+    status = "RoleSetStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "RoleSet is one replica of a StormService: the pods (or PodSets) of every role.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].status",
+        description = "Whether the RoleSet is ready"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp",
+        description = "Time this RoleSet was created"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSetSpec {
+    /// The roles (e.g. router, prefill, decode). A list map keyed by `name`, so server-side
+    /// apply and GitOps tools merge roles by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub roles: Option<Vec<RoleSpec>>,
+    /// How roles are rolled relative to each other: `Sequential` (one role at a time, in
+    /// `upgradeOrder`), `Parallel` or `Interleave`. Absent means `Sequential`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Sequential"))]
+    pub update_strategy: Option<RoleSetUpdateStrategy>,
+    /// Gang scheduling for all pods of the RoleSet. Must not be combined with a role-level
+    /// `schedulingStrategy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_strategy: Option<SchedulingStrategy>,
+    /// Topology packing of the RoleSet's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_policy: Option<TopologyPolicy>,
+}
+
+/// How the roles of a RoleSet are rolled relative to each other.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RoleSetUpdateStrategy {
+    /// All roles move toward their targets at once.
+    Parallel,
+    /// One role at a time, in `upgradeOrder` (absent counts as 0; ties keep spec order).
+    #[default]
+    Sequential,
+    /// Roles advance in lock-step, one batch of each role at a time.
+    Interleave,
+}
+
+/// One role of a RoleSet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSpec {
+    /// Role name: a DNS-1123 label of at most 44 characters, unique within the RoleSet.
+    pub name: String,
+    /// Number of pods (or PodSets when `podGroupSize > 1`). Absent means 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Position in a `Sequential` rollout: lower upgrades first; absent means 0; equal values
+    /// keep spec order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub upgrade_order: Option<i32>,
+    /// Pods per replica. Greater than 1 makes each replica a PodSet (a multi-node gang).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub pod_group_size: Option<i32>,
+    /// How the role's pods are replaced when its template changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<RoleUpdateStrategy>,
+    /// Stateful roles give every pod a stable slot index and hostname.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stateful: Option<bool>,
+    /// Pod template of the role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PodTemplateSpec>,
+    /// Declared by AIBrix but unused; accepted and ignored (with an admission warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_tolerance: Option<DisruptionTolerance>,
+    /// Gang scheduling per PodSet (only for `podGroupSize > 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_strategy: Option<SchedulingStrategy>,
+    /// Pooled-canary partition, written only by the StormService controller on RoleSets it
+    /// owns (rejected inside a StormService template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RoleRollout>,
+}
+
+/// How a role's pods are replaced when its template changes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleUpdateStrategy {
+    /// `Recreate` (delete and create pods) or `InPlaceIfPossible` (patch image-only changes
+    /// in place). Absent means `Recreate`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Recreate"))]
+    pub type_: Option<RoleUpdateStrategyType>,
+    /// Pods that may be unavailable during the update: an integer or a percentage of the
+    /// role's replicas (rounded down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Pods that may be created above the role's replicas: an integer or a percentage of the
+    /// role's replicas (rounded up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrString>,
+}
+
+/// Role update strategy type.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RoleUpdateStrategyType {
+    /// Delete outdated pods and create new ones.
+    #[default]
+    Recreate,
+    /// Patch image-only changes into running pods; recreate otherwise.
+    InPlaceIfPossible,
+}
+
+/// The pooled-canary partition of one role (SPEC §5.2).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRollout {
+    /// Number of the role's pods (PodSets for `podGroupSize > 1`) that stay on the stable
+    /// template; clamped to `0..replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub partition: Option<i32>,
+    /// Name of the StormService ControllerRevision holding the stable template; stable pods
+    /// that die inside the partition are recreated from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+}
+
+/// Observed state of a RoleSet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSetStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Per-role replica counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<RoleStatus>>,
+    /// Conditions: `Ready`, `Progressing`, `ReplicaFailure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+impl RoleSpec {
+    /// Desired replicas; absent means 1 (SPEC §2).
+    pub fn replicas_or_default(&self) -> i32 {
+        self.replicas.unwrap_or(1)
+    }
+
+    /// Position in a Sequential rollout; absent means 0 (SPEC §2).
+    pub fn upgrade_order_or_default(&self) -> i32 {
+        self.upgrade_order.unwrap_or(0)
+    }
+
+    /// Pods per replica; absent means 1.
+    pub fn pod_group_size_or_default(&self) -> i32 {
+        self.pod_group_size.unwrap_or(1)
+    }
+
+    /// Update strategy type; absent means Recreate.
+    pub fn update_strategy_type(&self) -> RoleUpdateStrategyType {
+        self.update_strategy
+            .as_ref()
+            .and_then(|s| s.type_)
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,670 @@
+//! Validation of StormService, RoleSet and PodSet (SPEC §4.2): one set of pure functions
+//! for the validating webhook, the controllers (`InvalidSpec`) and `squall lint`.
+//!
+//! Errors name the field in Kubernetes' path form (`spec.template.spec.roles[1].name`);
+//! warnings are advice that never blocks an apply.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{
+    CanaryPhase, PodSet, RoleSet, RoleSetSpec, RoleSetUpdateStrategy, RoleSpec,
+    RoleUpdateStrategyType, StormService, StormServiceUpdateStrategyType, GROUP, VERSION,
+};
+use crate::planner::budget::{resolve_fenceposts, Budget};
+
+/// Longest role name: role names end up in the annotation name
+/// `role-revision-name.<role>`, which is limited to 63 characters.
+pub const MAX_ROLE_NAME_LEN: usize = 44;
+/// Most canary steps a user may write (not counting a final `setWeight: 100`, which the
+/// mutating webhook appends when it is missing).
+pub const MAX_CANARY_STEPS: usize = 50;
+
+/// One violation, for one field.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FieldError {
+    /// Kubernetes field path, e.g. `spec.template.spec.roles[1].name`.
+    pub path: String,
+    /// What is wrong, in Kubernetes' `field.Error` wording.
+    pub kind: ErrorKind,
+}
+
+/// The kinds of violation, worded as Kubernetes' `field.Error` types.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// `Invalid value: <value>: <detail>`.
+    Invalid { value: String, detail: String },
+    /// `Required value: <detail>`.
+    Required(String),
+    /// `Duplicate value: <value>`.
+    Duplicate(String),
+    /// `Forbidden: <detail>`.
+    Forbidden(String),
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::Invalid { value, detail } => {
+                write!(f, "{}: Invalid value: {value}: {detail}", self.path)
+            }
+            ErrorKind::Required(detail) => write!(f, "{}: Required value: {detail}", self.path),
+            ErrorKind::Duplicate(value) => write!(f, "{}: Duplicate value: {value}", self.path),
+            ErrorKind::Forbidden(detail) => write!(f, "{}: Forbidden: {detail}", self.path),
+        }
+    }
+}
+
+/// The outcome of validating one object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Violations; any one denies the object.
+    pub errors: Vec<FieldError>,
+    /// Advice returned as admission warnings.
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    /// True when the object is admitted.
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// All errors on one line, for a denial or a condition message.
+    pub fn error_message(&self) -> String {
+        self.errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn invalid(&mut self, path: impl Into<String>, value: impl fmt::Display, detail: &str) {
+        self.errors.push(FieldError {
+            path: path.into(),
+            kind: ErrorKind::Invalid {
+                value: value.to_string(),
+                detail: detail.to_string(),
+            },
+        });
+    }
+
+    fn required(&mut self, path: impl Into<String>, detail: &str) {
+        self.errors.push(FieldError {
+            path: path.into(),
+            kind: ErrorKind::Required(detail.to_string()),
+        });
+    }
+
+    fn forbidden(&mut self, path: impl Into<String>, detail: &str) {
+        self.errors.push(FieldError {
+            path: path.into(),
+            kind: ErrorKind::Forbidden(detail.to_string()),
+        });
+    }
+
+    fn warn(&mut self, warning: String) {
+        if !self.warnings.contains(&warning) {
+            self.warnings.push(warning);
+        }
+    }
+}
+
+/// The kinds squall serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnedKind {
+    /// `StormService`
+    StormService,
+    /// `RoleSet`
+    RoleSet,
+    /// `PodSet`
+    PodSet,
+}
+
+impl OwnedKind {
+    /// The owned kind of a raw object, from its `apiVersion` and `kind`; `None` for any
+    /// other kind.
+    pub fn of(object: &Value) -> Option<Self> {
+        let api_version = object.get("apiVersion")?.as_str()?;
+        if api_version != format!("{GROUP}/{VERSION}") {
+            return None;
+        }
+        match object.get("kind")?.as_str()? {
+            "StormService" => Some(Self::StormService),
+            "RoleSet" => Some(Self::RoleSet),
+            "PodSet" => Some(Self::PodSet),
+            _ => None,
+        }
+    }
+}
+
+/// Parses a raw object into a typed one; the error names the offending field (and, for an
+/// unknown enum value, lists the valid ones).
+pub fn parse<T: DeserializeOwned>(object: &Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(object).map_err(|e| {
+        let path = e.path().to_string();
+        FieldError {
+            path: if path == "." { "<object>".into() } else { path },
+            kind: ErrorKind::Invalid {
+                value: "(as written)".into(),
+                detail: e.into_inner().to_string(),
+            },
+        }
+    })
+}
+
+/// Validates a raw object of an owned kind (`old` on UPDATE); `None` for other kinds.
+/// An object that does not parse is reported as one error naming the field.
+pub fn validate_object(new: &Value, old: Option<&Value>) -> Option<Report> {
+    fn typed<T: DeserializeOwned>(
+        new: &Value,
+        old: Option<&Value>,
+        validate: fn(&T, Option<&T>) -> Report,
+    ) -> Report {
+        match parse::<T>(new) {
+            Ok(typed_new) => {
+                let typed_old = old.and_then(|o| parse::<T>(o).ok());
+                validate(&typed_new, typed_old.as_ref())
+            }
+            Err(error) => Report {
+                errors: vec![error],
+                warnings: Vec::new(),
+            },
+        }
+    }
+    Some(match OwnedKind::of(new)? {
+        OwnedKind::StormService => typed(new, old, validate_stormservice),
+        OwnedKind::RoleSet => typed(new, old, validate_roleset),
+        OwnedKind::PodSet => typed(new, old, validate_podset),
+    })
+}
+
+/// Validates a StormService; `old` is the stored object on UPDATE (ratcheting, immutable
+/// selector, canary-edit warning).
+pub fn validate_stormservice(new: &StormService, old: Option<&StormService>) -> Report {
+    let mut report = check_stormservice(new);
+    let Some(old) = old else { return report };
+    if is_exempt_update(&new.metadata, new.spec == old.spec) {
+        return Report::default();
+    }
+    ratchet(&mut report, &check_stormservice(old));
+    if new.spec.selector != old.spec.selector {
+        report.invalid(
+            "spec.selector",
+            selector_string(&new.spec.selector),
+            "field is immutable",
+        );
+    }
+    let canary_running = old
+        .status
+        .as_ref()
+        .and_then(|s| s.canary_status.as_ref())
+        .and_then(|c| c.phase)
+        .is_some_and(|p| {
+            matches!(
+                p,
+                CanaryPhase::Initializing | CanaryPhase::Progressing | CanaryPhase::Paused
+            )
+        });
+    if canary_running && new.spec.canary_steps() != old.spec.canary_steps() {
+        report.warn(
+            "editing canary steps while a canary is in progress restarts it at step 0".into(),
+        );
+    }
+    report
+}
+
+/// Validates a RoleSet; `old` is the stored object on UPDATE (ratcheting).
+pub fn validate_roleset(new: &RoleSet, old: Option<&RoleSet>) -> Report {
+    let mut report = Report::default();
+    check_roleset_spec(&new.spec, "spec", true, &mut report);
+    let Some(old) = old else { return report };
+    if is_exempt_update(&new.metadata, new.spec == old.spec) {
+        return Report::default();
+    }
+    let mut old_report = Report::default();
+    check_roleset_spec(&old.spec, "spec", true, &mut old_report);
+    ratchet(&mut report, &old_report);
+    report
+}
+
+/// Validates a PodSet (written by the RoleSet controller; checked by `squall lint`).
+pub fn validate_podset(new: &PodSet, _old: Option<&PodSet>) -> Report {
+    let mut report = Report::default();
+    if !(2..=100).contains(&new.spec.pod_group_size) {
+        report.invalid(
+            "spec.podGroupSize",
+            new.spec.pod_group_size,
+            "must be between 2 and 100",
+        );
+    }
+    report
+}
+
+/// Updates that are always allowed (SPEC §4.2), so objects admitted earlier can be
+/// finalized and deleted: the object is terminating, or only metadata or status changed.
+fn is_exempt_update(new_meta: &ObjectMeta, spec_unchanged: bool) -> bool {
+    new_meta.deletion_timestamp.is_some() || spec_unchanged
+}
+
+/// Ratcheting (SPEC §4.2): an update may keep violations the stored object already had; only
+/// new ones deny it.
+fn ratchet(report: &mut Report, old: &Report) {
+    let existing: HashSet<&FieldError> = old.errors.iter().collect();
+    report.errors.retain(|e| !existing.contains(e));
+}
+
+fn check_stormservice(ss: &StormService) -> Report {
+    let mut report = Report::default();
+    check_stormservice_name(&ss.metadata, &mut report);
+    let spec = &ss.spec;
+
+    // Rule 2: a non-empty selector that selects the template's labels.
+    let selector = &spec.selector;
+    let selector_empty = selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty);
+    if selector_empty {
+        report.required(
+            "spec.selector",
+            "must select the RoleSets' labels; an empty selector would match every RoleSet",
+        );
+    } else {
+        let empty = BTreeMap::new();
+        let labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .unwrap_or(&empty);
+        match selector_matches(selector, labels) {
+            Ok(true) => {}
+            Ok(false) => report.invalid(
+                "spec.template.metadata.labels",
+                format!("{labels:?}"),
+                &format!(
+                    "`selector` does not match template `labels` (selector: {})",
+                    selector_string(selector)
+                ),
+            ),
+            Err((path, detail)) => report.invalid(
+                format!("spec.selector.{path}"),
+                "(as written)",
+                &detail,
+            ),
+        }
+    }
+
+    // Rule 7: replicas.
+    if let Some(replicas) = spec.replicas.filter(|r| *r < 0) {
+        report.invalid(
+            "spec.replicas",
+            replicas,
+            "must be greater than or equal to 0",
+        );
+    }
+
+    // Rule 8: StormService budgets.
+    let strategy = spec.update_strategy.as_ref();
+    check_budgets(
+        strategy.and_then(|s| s.max_surge.as_ref()),
+        strategy.and_then(|s| s.max_unavailable.as_ref()),
+        spec.replicas_or_default(),
+        "spec.updateStrategy",
+        &mut report,
+    );
+
+    // Rule 10: canary steps.
+    if let Some(steps) = strategy
+        .and_then(|s| s.canary.as_ref())
+        .and_then(|c| c.steps.as_ref())
+    {
+        check_canary_steps(steps, &mut report);
+    }
+
+    // Rule 3 (and the role rules through the template).
+    match &spec.template.spec {
+        None => report.required(
+            "spec.template.spec",
+            "a StormService needs a RoleSet template with at least one role",
+        ),
+        Some(rs_spec) => check_roleset_spec(rs_spec, "spec.template.spec", false, &mut report),
+    }
+
+    // Rule 11: warnings.
+    let canary = spec.canary_steps().is_some();
+    if spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate && !canary {
+        for (field, set) in [
+            ("maxSurge", strategy.is_some_and(|s| s.max_surge.is_some())),
+            (
+                "maxUnavailable",
+                strategy.is_some_and(|s| s.max_unavailable.is_some()),
+            ),
+        ] {
+            if set {
+                report.warn(format!(
+                    "spec.updateStrategy.{field} has no effect with InPlaceUpdate unless a canary is configured"
+                ));
+            }
+        }
+    }
+    if spec.stateful.is_some() {
+        report.warn(
+            "spec.stateful is accepted for AIBrix compatibility and ignored; set `stateful` on roles"
+                .into(),
+        );
+    }
+    if spec.disruption_tolerance.is_some() {
+        report.warn("spec.disruptionTolerance is accepted for AIBrix compatibility and ignored".into());
+    }
+    report
+}
+
+/// Rule 1: the name becomes the headless Service's name, so it is a DNS-1035 label.
+fn check_stormservice_name(meta: &ObjectMeta, report: &mut Report) {
+    if let Some(name) = meta.name.as_deref().filter(|n| !n.is_empty()) {
+        if let Err(detail) = dns1035_label(name, 63) {
+            report.invalid("metadata.name", quoted(name), &detail);
+        }
+    } else if let Some(prefix) = meta.generate_name.as_deref().filter(|n| !n.is_empty()) {
+        // The API server appends 5 characters; the prefix may end in '-'.
+        let trimmed = prefix.trim_end_matches('-');
+        if prefix.len() > 58 || (!trimmed.is_empty() && dns1035_label(trimmed, 58).is_err()) {
+            report.invalid(
+                "metadata.generateName",
+                quoted(prefix),
+                "must be a DNS-1035 label prefix of at most 58 characters",
+            );
+        }
+    }
+}
+
+/// Rules 5–9 for a RoleSet spec, at `path` (`spec` or `spec.template.spec`).
+fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, report: &mut Report) {
+    let roles = spec.roles.as_deref().unwrap_or_default();
+    if !rollout_allowed && roles.is_empty() {
+        report.required(format!("{path}.roles"), "at least one role is required");
+    }
+    if let Some(strategy) = &spec.scheduling_strategy {
+        check_scheduling_strategy(strategy.schedulers(), &format!("{path}.schedulingStrategy"), report);
+    }
+    let mut names = HashSet::new();
+    for (i, role) in roles.iter().enumerate() {
+        let role_path = format!("{path}.roles[{i}]");
+        check_role(role, &role_path, report);
+        if !role.name.is_empty() && !names.insert(role.name.as_str()) {
+            report.errors.push(FieldError {
+                path: format!("{role_path}.name"),
+                kind: ErrorKind::Duplicate(quoted(&role.name)),
+            });
+        }
+        if !rollout_allowed && role.rollout.is_some() {
+            report.forbidden(
+                format!("{role_path}.rollout"),
+                "the rollout block is written by the StormService controller on RoleSets; use spec.updateStrategy.canary",
+            );
+        }
+        if spec.scheduling_strategy.is_some() && role.scheduling_strategy.is_some() {
+            report.forbidden(
+                format!("{role_path}.schedulingStrategy"),
+                &format!("must not be set when {path}.schedulingStrategy is set"),
+            );
+        }
+    }
+
+    let strategy = spec.update_strategy.unwrap_or_default();
+    if matches!(
+        strategy,
+        RoleSetUpdateStrategy::Parallel | RoleSetUpdateStrategy::Interleave
+    ) && roles.iter().any(|r| r.upgrade_order_or_default() != 0)
+    {
+        report.warn(format!(
+            "{path}.roles[].upgradeOrder has no effect with {path}.updateStrategy {strategy:?}; only Sequential rollouts follow it"
+        ));
+    }
+    let explicit = roles.iter().filter(|r| r.upgrade_order.is_some()).count();
+    if explicit > 0 && explicit < roles.len() {
+        report.warn(format!(
+            "{path}.roles: roles without upgradeOrder upgrade first; AIBrix >= v0.5 upgrades them last"
+        ));
+    }
+}
+
+/// Rules 6–9 for one role.
+fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
+    if role.name.is_empty() {
+        report.required(format!("{path}.name"), "every role needs a name");
+    } else if let Err(detail) = dns1123_label(&role.name, MAX_ROLE_NAME_LEN) {
+        report.invalid(format!("{path}.name"), quoted(&role.name), &detail);
+    }
+    if let Some(replicas) = role.replicas.filter(|r| *r < 0) {
+        report.invalid(
+            format!("{path}.replicas"),
+            replicas,
+            "must be greater than or equal to 0",
+        );
+    }
+    if let Some(order) = role.upgrade_order.filter(|o| *o < 0) {
+        report.invalid(
+            format!("{path}.upgradeOrder"),
+            order,
+            "must be greater than or equal to 0",
+        );
+    }
+    if let Some(size) = role.pod_group_size.filter(|s| !(1..=100).contains(s)) {
+        report.invalid(
+            format!("{path}.podGroupSize"),
+            size,
+            "must be between 1 and 100",
+        );
+    }
+    let strategy = role.update_strategy.as_ref();
+    check_budgets(
+        strategy.and_then(|s| s.max_surge.as_ref()),
+        strategy.and_then(|s| s.max_unavailable.as_ref()),
+        role.replicas_or_default(),
+        &format!("{path}.updateStrategy"),
+        report,
+    );
+    if let Some(strategy) = &role.scheduling_strategy {
+        check_scheduling_strategy(strategy.schedulers(), &format!("{path}.schedulingStrategy"), report);
+    }
+    if role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible
+        && role.pod_group_size_or_default() > 1
+    {
+        report.warn(format!(
+            "{path}.updateStrategy.type InPlaceIfPossible with podGroupSize > 1 recreates the role's PodSets"
+        ));
+    }
+    if role.disruption_tolerance.is_some() {
+        report.warn(format!(
+            "{path}.disruptionTolerance is accepted for AIBrix compatibility and ignored"
+        ));
+    }
+}
+
+/// Rule 9: one scheduler per strategy.
+fn check_scheduling_strategy(schedulers: Vec<&str>, path: &str, report: &mut Report) {
+    if schedulers.len() > 1 {
+        report.invalid(
+            path,
+            schedulers.join(", "),
+            "must name exactly one scheduler (godelSchedulingStrategy, coschedulingSchedulingStrategy or volcanoSchedulingStrategy)",
+        );
+    }
+}
+
+/// Rule 8: well-formed budgets, not both literally 0; a warning when percentages resolve to
+/// 0 at the current replica count (the fence-post rule then allows 1 unavailable).
+fn check_budgets(
+    max_surge: Option<&IntOrString>,
+    max_unavailable: Option<&IntOrString>,
+    replicas: i32,
+    path: &str,
+    report: &mut Report,
+) {
+    let mut parse = |field: &str, value: Option<&IntOrString>| match value.map(Budget::parse) {
+        Some(Ok(budget)) => Some(budget),
+        Some(Err(detail)) => {
+            report.invalid(format!("{path}.{field}"), int_or_string(value.expect("parsed")), &detail);
+            None
+        }
+        None => None,
+    };
+    let surge = parse("maxSurge", max_surge);
+    let unavailable = parse("maxUnavailable", max_unavailable);
+    match (surge, unavailable) {
+        (Some(s), Some(u)) if s.is_literally_zero() && u.is_literally_zero() => {
+            report.invalid(
+                format!("{path}.maxUnavailable"),
+                int_or_string(max_unavailable.expect("parsed")),
+                "may not be 0 when maxSurge is 0",
+            );
+        }
+        (s, u) if matches!(s, Some(Budget::Percent(_))) || matches!(u, Some(Budget::Percent(_))) => {
+            let resolved = resolve_fenceposts(s, u, u32::try_from(replicas).unwrap_or(0));
+            if resolved.raised_to_one {
+                report.warn(format!(
+                    "{path}: maxSurge and maxUnavailable both resolve to 0 at {replicas} replicas; 1 replica may be unavailable during updates"
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Rule 10: canary steps.
+fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
+    let path = "spec.updateStrategy.canary.steps";
+    let user_written = match steps.last() {
+        Some(last) if last.set_weight == Some(100) && last.pause.is_none() => steps.len() - 1,
+        _ => steps.len(),
+    };
+    if user_written > MAX_CANARY_STEPS {
+        report.invalid(
+            path,
+            format!("{} steps", steps.len()),
+            &format!("must have at most {MAX_CANARY_STEPS} steps (not counting a final setWeight: 100)"),
+        );
+    }
+    let mut previous_weight: Option<(usize, i32)> = None;
+    for (i, step) in steps.iter().enumerate() {
+        let step_path = format!("{path}[{i}]");
+        match (step.set_weight, &step.pause) {
+            (Some(_), Some(_)) => report.invalid(
+                step_path.clone(),
+                "setWeight and pause",
+                "a step must have exactly one of setWeight and pause",
+            ),
+            (None, None) => report.required(
+                step_path.clone(),
+                "a step must have exactly one of setWeight and pause",
+            ),
+            _ => {}
+        }
+        if let Some(weight) = step.set_weight {
+            if !(0..=100).contains(&weight) {
+                report.invalid(
+                    format!("{step_path}.setWeight"),
+                    weight,
+                    "must be between 0 and 100",
+                );
+            } else if let Some((j, before)) = previous_weight.filter(|(_, w)| weight < *w) {
+                report.invalid(
+                    format!("{step_path}.setWeight"),
+                    weight,
+                    &format!("weights must not decrease (steps[{j}].setWeight is {before})"),
+                );
+            }
+            previous_weight = Some((i, weight));
+        }
+        if let Some(pause) = &step.pause
+            && let Err(detail) = pause.duration_seconds()
+        {
+            report.invalid(
+                format!("{step_path}.pause.duration"),
+                int_or_string(pause.duration.as_ref().expect("a duration failed to parse")),
+                &detail,
+            );
+        }
+    }
+}
+
+/// Evaluates a label selector; `Err((path, detail))` for a malformed requirement.
+fn selector_matches(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, (String, String)> {
+    let labels_match = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let mut expressions_match = true;
+    for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
+        let values = req.values.as_deref().unwrap_or_default();
+        let value = labels.get(&req.key);
+        let matched = match req.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err((
+                    format!("matchExpressions[{i}].values"),
+                    "must be non-empty for operators In and NotIn".into(),
+                ));
+            }
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => {
+                return Err((
+                    format!("matchExpressions[{i}].operator"),
+                    format!("unsupported operator {other:?}: supported values are In, NotIn, Exists, DoesNotExist"),
+                ));
+            }
+        };
+        expressions_match &= matched;
+    }
+    Ok(labels_match && expressions_match)
+}
+
+fn selector_string(selector: &LabelSelector) -> String {
+    serde_json::to_string(selector).unwrap_or_else(|_| "?".into())
+}
+
+fn int_or_string(value: &IntOrString) -> String {
+    match value {
+        IntOrString::Int(n) => n.to_string(),
+        IntOrString::String(s) => quoted(s),
+    }
+}
+
+fn quoted(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric.
+fn dns1123_label(s: &str, max: usize) -> Result<(), String> {
+    let ok = s.len() <= max
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    ok.then_some(()).ok_or_else(|| {
+        format!(
+            "must be a DNS-1123 label of at most {max} characters: lowercase letters, digits and '-', starting and ending with a letter or digit"
+        )
+    })
+}
+
+/// A DNS-1035 label: a DNS-1123 label that starts with a letter.
+fn dns1035_label(s: &str, max: usize) -> Result<(), String> {
+    let ok = dns1123_label(s, max).is_ok() && s.starts_with(|c: char| c.is_ascii_lowercase());
+    ok.then_some(()).ok_or_else(|| {
+        format!(
+            "must be a DNS-1035 label of at most {max} characters (it names the headless Service): lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+        )
+    })
+}

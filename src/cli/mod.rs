@@ -1,0 +1,45 @@
+//! The `squall` command line (SPEC §6). Each subcommand returns its process exit code.
+
+mod lint;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// squall: an operator for AIBrix's orchestration API (StormService, RoleSet, PodSet).
+#[derive(Debug, Parser)]
+#[command(name = "squall", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions squall serves, as multi-document YAML.
+    Crds,
+    /// Validate manifests offline with the admission webhook's rules.
+    ///
+    /// Prints errors (with field paths) and warnings for every StormService, RoleSet and
+    /// PodSet; other kinds are skipped. Exit code: 0 when every object is valid, 1 when
+    /// any object has errors, 2 when a file cannot be read or parsed.
+    Lint {
+        /// Manifest files (multi-document YAML); `-` reads standard input.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+impl Cli {
+    /// Runs the command, printing to standard output and error.
+    pub fn run(self) -> ExitCode {
+        match self.command {
+            Command::Crds => {
+                print!("{}", crate::crds_yaml());
+                ExitCode::SUCCESS
+            }
+            Command::Lint { files } => lint::run(&files),
+        }
+    }
+}
