@@ -28,6 +28,17 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     ]
     .into_iter()
     .map(|mut crd| {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                let mut value = serde_json::to_value(&*schema).expect("schema serializes");
+                allow_empty_reference_names(&mut value);
+                *schema = serde_json::from_value(value).expect("schema deserializes");
+            }
+        }
         crd.metadata
             .annotations
             .get_or_insert_default()
@@ -35,6 +46,36 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         crd
     })
     .collect()
+}
+
+/// Core/v1 object references (`LocalObjectReference`, `ConfigMapKeySelector`, ...) declare
+/// `name` as "effectively required, but allowed to be empty": Kubernetes gives it the
+/// default `""`. k8s-openapi marks it required instead, which would reject pod templates the
+/// Pod API (and AIBrix's CRDs) accept; restore the upstream schema.
+fn allow_empty_reference_names(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    if let Some(object) = schema.as_object_mut() {
+        let empty_allowed = object
+            .get("properties")
+            .and_then(|p| p.get("name"))
+            .and_then(|n| n.get("description"))
+            .and_then(Value::as_str)
+            .is_some_and(|d| d.contains("allowed to be empty"));
+        if empty_allowed {
+            if let Some(required) = object.get_mut("required").and_then(Value::as_array_mut) {
+                required.retain(|r| r != "name");
+                if required.is_empty() {
+                    object.remove("required");
+                }
+            }
+            if let Some(name) = object.get_mut("properties").and_then(|p| p.get_mut("name")) {
+                name["default"] = Value::String(String::new());
+            }
+        }
+        object.values_mut().for_each(allow_empty_reference_names);
+    } else if let Some(items) = schema.as_array_mut() {
+        items.iter_mut().for_each(allow_empty_reference_names);
+    }
 }
 
 /// One CRD as YAML.

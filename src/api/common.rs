@@ -42,6 +42,7 @@ pub struct Condition {
 /// Replica counts of one role, per RoleSet or summed over a StormService's RoleSets.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = without_property_defaults)]
 pub struct RoleStatus {
     /// Role name.
     #[serde(default)]
@@ -284,4 +285,20 @@ pub struct EmbeddedObjectMetadata {
     /// Finalizers (kept for AIBrix compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalizers: Option<Vec<String>>,
+}
+
+/// Status structs read absent counters as 0 (`#[serde(default)]`), which schemars would
+/// publish as schema defaults; AIBrix's status schemas have none, and the CRD keeps exactly
+/// AIBrix's defaults (SPEC §2).
+pub(crate) fn without_property_defaults(schema: &mut schemars::Schema) {
+    if let Some(properties) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for property in properties.values_mut() {
+            if let Some(property) = property.as_object_mut() {
+                property.remove("default");
+            }
+        }
+    }
 }

@@ -183,6 +183,7 @@ pub struct PauseStep {
 /// Observed state of a StormService.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct StormServiceStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,6 +232,7 @@ pub struct StormServiceStatus {
 /// State of a canary rollout (SPEC §3.1).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct CanaryStatus {
     /// Index of the step being executed.
     #[serde(default)]
@@ -334,6 +336,7 @@ pub enum PauseReason {
 /// Canary progress of one role.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct CanaryRoleStatus {
     /// Role name.
     pub name: String,

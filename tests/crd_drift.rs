@@ -1,0 +1,69 @@
+//! The committed CRD YAML (`manifests/crds/`, the chart's `templates/crds/`) must equal what
+//! `squall crds` generates. Regenerate with `UPDATE_CRDS=1 cargo test --test crd_drift`.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn check(path: &Path, generated: &str) {
+    if std::env::var_os("UPDATE_CRDS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("has a parent")).expect("create dir");
+        std::fs::write(path, generated).expect("write CRD");
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run `UPDATE_CRDS=1 cargo test --test crd_drift` and commit",
+            path.display()
+        )
+    });
+    assert!(
+        committed == generated,
+        "{} is stale; run `UPDATE_CRDS=1 cargo test --test crd_drift` and commit",
+        path.display()
+    );
+}
+
+#[test]
+fn manifests_crds_match_generated() {
+    check(&root().join("manifests/crds/crds.yaml"), &squall::crds_yaml());
+}
+
+#[test]
+fn chart_crd_templates_match_generated() {
+    let crds = squall::all_crds();
+    assert_eq!(crds.len(), 3);
+    for crd in &crds {
+        let name = crd.metadata.name.as_deref().expect("CRDs are named");
+        let yaml = squall::crd_yaml(crd);
+        assert!(
+            !yaml.contains("{{"),
+            "{name}: Helm would try to render '{{{{' in the CRD"
+        );
+        let template = format!("{{{{- if .Values.crds.install }}}}\n{yaml}{{{{- end }}}}\n");
+        check(
+            &root().join(format!("charts/squall/templates/crds/{name}.yaml")),
+            &template,
+        );
+    }
+}
+
+#[test]
+fn crds_are_kept_on_helm_uninstall() {
+    for crd in squall::all_crds() {
+        let annotations = crd.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get("helm.sh/resource-policy").map(String::as_str),
+            Some("keep"),
+            "{:?}",
+            crd.metadata.name
+        );
+    }
+}
+
+#[test]
+fn no_crds_directory_in_the_chart() {
+    // Helm never upgrades `crds/`; squall's CRDs are templates gated by `crds.install`.
+    assert!(!root().join("charts/squall/crds").exists());
+}
