@@ -27,7 +27,11 @@ fn samples() -> Option<Vec<(String, Value)>> {
             }
         }
     }
-    assert!(out.len() >= 15, "expected the upstream samples, found {}", out.len());
+    assert!(
+        out.len() >= 15,
+        "expected the upstream samples, found {}",
+        out.len()
+    );
     Some(out)
 }
 
@@ -62,8 +66,7 @@ fn compare_at(original: &Value, back: &Value, path: &str, key: &str, diffs: &mut
                 let child = format!("{path}.{child_key}");
                 match (a.get(child_key), b.get(child_key)) {
                     (Some(x), Some(y)) if QUANTITY_MAPS.contains(&key) => {
-                        let same_quantity =
-                            matches!((x, y), (Value::Number(n), Value::String(s)) if n.to_string() == *s);
+                        let same_quantity = matches!((x, y), (Value::Number(n), Value::String(s)) if n.to_string() == *s);
                         if !same_quantity && x != y {
                             diffs.push(format!("{child}: {x} became {y}"));
                         }
@@ -99,7 +102,11 @@ fn samples_roundtrip_without_losing_or_renaming_fields() {
             Err(e) => failures.push(format!("{name}: does not deserialize: {e}")),
         }
     }
-    assert!(failures.is_empty(), "round-trip differences:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "round-trip differences:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -113,7 +120,11 @@ fn samples_are_valid_before_and_after_defaulting() {
         squall::api::defaults::apply_defaults(&mut defaulted)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let report = validate_object(&defaulted, None).expect("owned kind");
-        assert!(report.is_valid(), "{name} (defaulted): {}", report.error_message());
+        assert!(
+            report.is_valid(),
+            "{name} (defaulted): {}",
+            report.error_message()
+        );
 
         let mut twice = defaulted.clone();
         squall::api::defaults::apply_defaults(&mut twice).expect("defaulted object parses");
@@ -145,7 +156,11 @@ fn lint_accepts_every_sample() {
             out.status.code(),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(stdout.contains(": valid"), "{}: nothing validated:\n{stdout}", file.display());
+        assert!(
+            stdout.contains(": valid"),
+            "{}: nothing validated:\n{stdout}",
+            file.display()
+        );
     }
 }
 
@@ -220,7 +235,10 @@ fn superset(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<Stricter>) {
         && o("type").is_some_and(|ours| ours != their_type)
         && o("x-kubernetes-int-or-string").is_none()
     {
-        stricter(format!("type {} instead of {their_type}", o("type").unwrap()));
+        stricter(format!(
+            "type {} instead of {their_type}",
+            o("type").unwrap()
+        ));
     }
     if t("x-kubernetes-preserve-unknown-fields") == Some(&json!(true))
         && o("x-kubernetes-preserve-unknown-fields") != Some(&json!(true))
@@ -247,7 +265,10 @@ fn superset(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<Stricter>) {
 
     if let Some(their_enum) = t("enum").and_then(Value::as_array) {
         if let Some(our_enum) = o("enum").and_then(Value::as_array) {
-            let missing: Vec<_> = their_enum.iter().filter(|v| !our_enum.contains(v)).collect();
+            let missing: Vec<_> = their_enum
+                .iter()
+                .filter(|v| !our_enum.contains(v))
+                .collect();
             if !missing.is_empty() {
                 stricter(format!("enum lacks {missing:?}"));
             }
@@ -266,7 +287,9 @@ fn superset(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<Stricter>) {
     ] {
         match (number(t(bound)), number(o(bound))) {
             (None, Some(v)) => stricter(format!("{bound} {v} where AIBrix has none")),
-            (Some(theirs), Some(ours)) if (ours < theirs) == lower_is_stricter && ours != theirs => {
+            (Some(theirs), Some(ours))
+                if (ours < theirs) == lower_is_stricter && ours != theirs =>
+            {
                 stricter(format!("{bound} {ours} instead of {theirs}"))
             }
             _ => {}
@@ -293,7 +316,8 @@ fn superset(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<Stricter>) {
             match our_props.get(key) {
                 Some(our_child) => superset(their_child, our_child, &child_path, out),
                 // The API server keeps these at the root whatever the schema says.
-                None if path.is_empty() && ["apiVersion", "kind", "metadata"].contains(&key.as_str()) => {}
+                None if path.is_empty()
+                    && ["apiVersion", "kind", "metadata"].contains(&key.as_str()) => {}
                 None if o("x-kubernetes-preserve-unknown-fields") == Some(&json!(true)) => {}
                 None => out.push(Stricter {
                     path: child_path,
@@ -316,7 +340,10 @@ fn superset(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<Stricter>) {
 /// exactly AIBrix's own defaults). Pod templates are core/v1 and skipped: the Pod API applies
 /// its own defaults when pods are created.
 fn owned_defaults(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<String>) {
-    if ours.pointer("/properties/spec/properties/containers").is_some() {
+    if ours
+        .pointer("/properties/spec/properties/containers")
+        .is_some()
+    {
         return; // a core/v1 PodTemplateSpec
     }
     if theirs.get("default") != ours.get("default") {
@@ -327,14 +354,34 @@ fn owned_defaults(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<String
         ));
     }
     let empty = serde_json::Map::new();
-    let their_props = theirs.get("properties").and_then(Value::as_object).unwrap_or(&empty);
-    let our_props = ours.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+    let their_props = theirs
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let our_props = ours
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
     for (key, our_child) in our_props {
-        let child_path = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
-        owned_defaults(their_props.get(key).unwrap_or(&json!({})), our_child, &child_path, out);
+        let child_path = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        owned_defaults(
+            their_props.get(key).unwrap_or(&json!({})),
+            our_child,
+            &child_path,
+            out,
+        );
     }
     if let Some(our_items) = ours.get("items") {
-        owned_defaults(theirs.get("items").unwrap_or(&json!({})), our_items, &format!("{path}[]"), out);
+        owned_defaults(
+            theirs.get("items").unwrap_or(&json!({})),
+            our_items,
+            &format!("{path}[]"),
+            out,
+        );
     }
 }
 
@@ -347,7 +394,10 @@ fn crd_schemas() -> Option<Vec<(String, Value, Value)>> {
     let mut out = Vec::new();
     for file in yaml_files(&dir) {
         let theirs = documents(&file).remove(0);
-        let plural = theirs["spec"]["names"]["plural"].as_str().unwrap().to_string();
+        let plural = theirs["spec"]["names"]["plural"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let ours = ours
             .iter()
             .find(|c| c["spec"]["names"]["plural"] == plural.as_str())
@@ -369,9 +419,10 @@ fn schemas_accept_everything_aibrix_accepts() {
         superset(theirs, ours, "", &mut found);
         for Stricter { path, what } in found {
             let key = format!("{plural}:{path}");
-            match INTENDED.iter().position(|(p, w, _)| {
-                (*p == key || (*p == "*" && path.is_empty())) && *w == what
-            }) {
+            match INTENDED
+                .iter()
+                .position(|(p, w, _)| (*p == key || (*p == "*" && path.is_empty())) && *w == what)
+            {
                 Some(i) => {
                     used.insert(i);
                 }
@@ -384,8 +435,14 @@ fn schemas_accept_everything_aibrix_accepts() {
         "squall's schema rejects what AIBrix's accepts (fix the types, or list the difference in INTENDED with a reason):\n{}",
         unexpected.join("\n")
     );
-    let stale: Vec<_> = (0..INTENDED.len()).filter(|i| !used.contains(i)).map(|i| INTENDED[i].0).collect();
-    assert!(stale.is_empty(), "INTENDED entries that no longer apply: {stale:?}");
+    let stale: Vec<_> = (0..INTENDED.len())
+        .filter(|i| !used.contains(i))
+        .map(|i| INTENDED[i].0)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "INTENDED entries that no longer apply: {stale:?}"
+    );
 }
 
 #[test]
@@ -416,8 +473,13 @@ fn printer_columns_follow_spec() {
     };
     assert_eq!(
         columns("stormservices"),
-        ["Replicas", "Ready", "Updated", "Step", "Phase", "Paused", "Age"]
+        [
+            "Replicas", "Ready", "Updated", "Step", "Phase", "Paused", "Age"
+        ]
     );
     assert_eq!(columns("rolesets"), ["Ready", "Age"]);
-    assert_eq!(columns("podsets"), ["ReadyPods", "TotalPods", "Phase", "Age"]);
+    assert_eq!(
+        columns("podsets"),
+        ["ReadyPods", "TotalPods", "Phase", "Age"]
+    );
 }

@@ -27,7 +27,10 @@ fn check(path: &Path, generated: &str) {
 
 #[test]
 fn manifests_crds_match_generated() {
-    check(&root().join("manifests/crds/crds.yaml"), &squall::crds_yaml());
+    check(
+        &root().join("manifests/crds/crds.yaml"),
+        &squall::crds_yaml(),
+    );
 }
 
 #[test]
@@ -54,7 +57,9 @@ fn crds_are_kept_on_helm_uninstall() {
     for crd in squall::all_crds() {
         let annotations = crd.metadata.annotations.unwrap_or_default();
         assert_eq!(
-            annotations.get("helm.sh/resource-policy").map(String::as_str),
+            annotations
+                .get("helm.sh/resource-policy")
+                .map(String::as_str),
             Some("keep"),
             "{:?}",
             crd.metadata.name

@@ -46,7 +46,11 @@ fn default_stormservice(object: &mut Value) {
         return;
     };
     set_absent(spec, "replicas", json!(DEFAULT_REPLICAS));
-    set_absent(spec, "revisionHistoryLimit", json!(DEFAULT_REVISION_HISTORY_LIMIT));
+    set_absent(
+        spec,
+        "revisionHistoryLimit",
+        json!(DEFAULT_REVISION_HISTORY_LIMIT),
+    );
     set_absent(
         spec,
         "progressDeadlineSeconds",
@@ -131,4 +135,172 @@ fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<S
     map.get_mut(key)
         .and_then(Value::as_object_mut)
         .expect("inserted above")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stormservice(spec: Value) -> Value {
+        json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1",
+            "kind": "StormService",
+            "metadata": {"name": "demo"},
+            "spec": spec,
+        })
+    }
+
+    fn minimal_spec() -> Value {
+        json!({
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {
+                "metadata": {"labels": {"app": "demo"}},
+                "spec": {"roles": [{"name": "prefill"}, {"name": "decode"}]}
+            }
+        })
+    }
+
+    fn defaulted(mut object: Value) -> Value {
+        apply_defaults(&mut object).expect("parses");
+        object
+    }
+
+    #[test]
+    fn stormservice_defaults_of_spec_section_2() {
+        let out = defaulted(stormservice(minimal_spec()));
+        let spec = &out["spec"];
+        assert_eq!(spec["replicas"], 1);
+        assert_eq!(spec["revisionHistoryLimit"], 10);
+        assert_eq!(spec["progressDeadlineSeconds"], 600);
+        assert_eq!(
+            spec["updateStrategy"],
+            json!({"type": "RollingUpdate", "maxUnavailable": 1, "maxSurge": 0})
+        );
+        assert_eq!(spec["template"]["spec"]["updateStrategy"], "Sequential");
+        for role in spec["template"]["spec"]["roles"].as_array().unwrap() {
+            assert_eq!(role["replicas"], 1);
+            assert_eq!(role["upgradeOrder"], 0);
+            assert_eq!(
+                role["updateStrategy"],
+                json!({"type": "Recreate", "maxUnavailable": 1, "maxSurge": 0})
+            );
+        }
+    }
+
+    #[test]
+    fn user_values_are_never_touched() {
+        let mut spec = minimal_spec();
+        spec["replicas"] = json!(0);
+        spec["revisionHistoryLimit"] = json!(2);
+        spec["progressDeadlineSeconds"] = json!(30);
+        spec["updateStrategy"] = json!({"type": "RollingUpdate", "maxSurge": "50%"});
+        spec["template"]["spec"]["updateStrategy"] = json!("Parallel");
+        spec["template"]["spec"]["roles"][0] = json!({
+            "name": "prefill", "replicas": 0, "upgradeOrder": 3,
+            "updateStrategy": {"type": "InPlaceIfPossible", "maxUnavailable": "25%"}
+        });
+        let before = stormservice(spec);
+        let out = defaulted(before.clone());
+        assert_eq!(out["spec"]["replicas"], 0);
+        assert_eq!(out["spec"]["revisionHistoryLimit"], 2);
+        assert_eq!(out["spec"]["progressDeadlineSeconds"], 30);
+        // Budgets are defaulted only when both are absent.
+        assert_eq!(
+            out["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "maxSurge": "50%"})
+        );
+        assert_eq!(
+            out["spec"]["template"]["spec"]["updateStrategy"],
+            "Parallel"
+        );
+        assert_eq!(
+            out["spec"]["template"]["spec"]["roles"][0],
+            before["spec"]["template"]["spec"]["roles"][0]
+        );
+    }
+
+    #[test]
+    fn in_place_update_gets_no_budget_defaults() {
+        let mut spec = minimal_spec();
+        spec["updateStrategy"] = json!({"type": "InPlaceUpdate"});
+        let out = defaulted(stormservice(spec));
+        assert_eq!(
+            out["spec"]["updateStrategy"],
+            json!({"type": "InPlaceUpdate"})
+        );
+    }
+
+    #[test]
+    fn canary_steps_get_a_final_full_weight_step() {
+        let with_steps = |steps: Value| {
+            let mut spec = minimal_spec();
+            spec["updateStrategy"] = json!({"canary": {"steps": steps}});
+            defaulted(stormservice(spec))["spec"]["updateStrategy"]["canary"]["steps"].clone()
+        };
+        assert_eq!(
+            with_steps(json!([{"setWeight": 25}, {"pause": {}}])),
+            json!([{"setWeight": 25}, {"pause": {}}, {"setWeight": 100}])
+        );
+        assert_eq!(
+            with_steps(json!([{"setWeight": 50}, {"setWeight": 100}])),
+            json!([{"setWeight": 50}, {"setWeight": 100}])
+        );
+        assert_eq!(
+            with_steps(json!([])),
+            json!([]),
+            "no canary, nothing appended"
+        );
+        let too_many: Vec<Value> = (0..=MAX_CANARY_STEPS)
+            .map(|_| json!({"setWeight": 1}))
+            .collect();
+        assert_eq!(
+            with_steps(json!(too_many)).as_array().unwrap().len(),
+            MAX_CANARY_STEPS + 1,
+            "over-long lists are left for validation to deny"
+        );
+    }
+
+    #[test]
+    fn roleset_defaults() {
+        let out = defaulted(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1",
+            "kind": "RoleSet",
+            "metadata": {"name": "rs"},
+            "spec": {"roles": [{"name": "prefill", "updateStrategy": {"maxSurge": 1}}]}
+        }));
+        assert_eq!(out["spec"]["updateStrategy"], "Sequential");
+        assert_eq!(
+            out["spec"]["roles"][0],
+            json!({"name": "prefill", "replicas": 1, "upgradeOrder": 0,
+                   "updateStrategy": {"type": "Recreate", "maxSurge": 1}})
+        );
+    }
+
+    #[test]
+    fn unparsable_objects_are_left_alone() {
+        let mut spec = minimal_spec();
+        spec["replicas"] = json!("two");
+        let mut object = stormservice(spec);
+        let before = object.clone();
+        let error = apply_defaults(&mut object).unwrap_err();
+        assert_eq!(error.path, "spec.replicas");
+        assert_eq!(object, before);
+    }
+
+    #[test]
+    fn other_kinds_are_left_alone() {
+        let mut object =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        let before = object.clone();
+        apply_defaults(&mut object).unwrap();
+        assert_eq!(object, before);
+    }
+
+    #[test]
+    fn defaulting_is_idempotent() {
+        let mut spec = minimal_spec();
+        spec["updateStrategy"] = json!({"canary": {"steps": [{"setWeight": 10}]}});
+        let once = defaulted(stormservice(spec));
+        assert_eq!(defaulted(once.clone()), once);
+    }
 }

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::common::{Condition, SchedulingStrategy};
 
 /// A fixed-size, indexed gang of pods.
+// kube's `printcolumn(...)` arguments repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "orchestration.aibrix.ai",
@@ -19,16 +21,8 @@ use super::common::{Condition, SchedulingStrategy};
     derive = "PartialEq",
     derive = "Default",
     doc = "PodSet is one multi-node gang of pods of a role; created by the RoleSet controller.",
-    printcolumn(
-        name = "ReadyPods",
-        type_ = "integer",
-        json_path = ".status.readyPods"
-    ),
-    printcolumn(
-        name = "TotalPods",
-        type_ = "integer",
-        json_path = ".status.totalPods"
-    ),
+    printcolumn(name = "ReadyPods", type_ = "integer", json_path = ".status.readyPods"),
+    printcolumn(name = "TotalPods", type_ = "integer", json_path = ".status.totalPods"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Age",

@@ -12,6 +12,8 @@ use super::common::{
 };
 
 /// The roles of one inference-service replica and how they are updated.
+// kube's `printcolumn(...)` arguments repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "orchestration.aibrix.ai",

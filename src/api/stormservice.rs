@@ -12,6 +12,8 @@ use super::roleset::RoleSetSpec;
 
 /// A multi-role inference service: `replicas` RoleSets rendered from one template, rolled
 /// out together.
+// kube's `printcolumn(...)` arguments repeat keys such as `type_` by design.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "orchestration.aibrix.ai",
@@ -441,7 +443,11 @@ mod tests {
             pause(Some(IntOrString::Int(45))).duration_seconds(),
             Ok(Some(45))
         );
-        assert!(pause(Some(IntOrString::Int(-1))).duration_seconds().is_err());
+        assert!(
+            pause(Some(IntOrString::Int(-1)))
+                .duration_seconds()
+                .is_err()
+        );
         assert_eq!(pause(None).duration_seconds(), Ok(None));
     }
 }

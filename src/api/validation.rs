@@ -13,10 +13,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{
-    CanaryPhase, PodSet, RoleSet, RoleSetSpec, RoleSetUpdateStrategy, RoleSpec,
-    RoleUpdateStrategyType, StormService, StormServiceUpdateStrategyType, GROUP, VERSION,
+    CanaryPhase, GROUP, PodSet, RoleSet, RoleSetSpec, RoleSetUpdateStrategy, RoleSpec,
+    RoleUpdateStrategyType, StormService, StormServiceUpdateStrategyType, VERSION,
 };
-use crate::planner::budget::{resolve_fenceposts, Budget};
+use crate::planner::budget::{Budget, resolve_fenceposts};
 
 /// Longest role name: role names end up in the annotation name
 /// `role-revision-name.<role>`, which is limited to 63 characters.
@@ -266,8 +266,14 @@ fn check_stormservice(ss: &StormService) -> Report {
 
     // Rule 2: a non-empty selector that selects the template's labels.
     let selector = &spec.selector;
-    let selector_empty = selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty);
+    let selector_empty = selector
+        .match_labels
+        .as_ref()
+        .is_none_or(BTreeMap::is_empty)
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty);
     if selector_empty {
         report.required(
             "spec.selector",
@@ -291,11 +297,9 @@ fn check_stormservice(ss: &StormService) -> Report {
                     selector_string(selector)
                 ),
             ),
-            Err((path, detail)) => report.invalid(
-                format!("spec.selector.{path}"),
-                "(as written)",
-                &detail,
-            ),
+            Err((path, detail)) => {
+                report.invalid(format!("spec.selector.{path}"), "(as written)", &detail)
+            }
         }
     }
 
@@ -359,7 +363,9 @@ fn check_stormservice(ss: &StormService) -> Report {
         );
     }
     if spec.disruption_tolerance.is_some() {
-        report.warn("spec.disruptionTolerance is accepted for AIBrix compatibility and ignored".into());
+        report.warn(
+            "spec.disruptionTolerance is accepted for AIBrix compatibility and ignored".into(),
+        );
     }
     report
 }
@@ -390,7 +396,11 @@ fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, rep
         report.required(format!("{path}.roles"), "at least one role is required");
     }
     if let Some(strategy) = &spec.scheduling_strategy {
-        check_scheduling_strategy(strategy.schedulers(), &format!("{path}.schedulingStrategy"), report);
+        check_scheduling_strategy(
+            strategy.schedulers(),
+            &format!("{path}.schedulingStrategy"),
+            report,
+        );
     }
     let mut names = HashSet::new();
     for (i, role) in roles.iter().enumerate() {
@@ -471,7 +481,11 @@ fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
         report,
     );
     if let Some(strategy) = &role.scheduling_strategy {
-        check_scheduling_strategy(strategy.schedulers(), &format!("{path}.schedulingStrategy"), report);
+        check_scheduling_strategy(
+            strategy.schedulers(),
+            &format!("{path}.schedulingStrategy"),
+            report,
+        );
     }
     if role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible
         && role.pod_group_size_or_default() > 1
@@ -510,7 +524,11 @@ fn check_budgets(
     let mut parse = |field: &str, value: Option<&IntOrString>| match value.map(Budget::parse) {
         Some(Ok(budget)) => Some(budget),
         Some(Err(detail)) => {
-            report.invalid(format!("{path}.{field}"), int_or_string(value.expect("parsed")), &detail);
+            report.invalid(
+                format!("{path}.{field}"),
+                int_or_string(value.expect("parsed")),
+                &detail,
+            );
             None
         }
         None => None,
@@ -525,7 +543,9 @@ fn check_budgets(
                 "may not be 0 when maxSurge is 0",
             );
         }
-        (s, u) if matches!(s, Some(Budget::Percent(_))) || matches!(u, Some(Budget::Percent(_))) => {
+        (s, u)
+            if matches!(s, Some(Budget::Percent(_))) || matches!(u, Some(Budget::Percent(_))) =>
+        {
             let resolved = resolve_fenceposts(s, u, u32::try_from(replicas).unwrap_or(0));
             if resolved.raised_to_one {
                 report.warn(format!(
@@ -548,7 +568,9 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
         report.invalid(
             path,
             format!("{} steps", steps.len()),
-            &format!("must have at most {MAX_CANARY_STEPS} steps (not counting a final setWeight: 100)"),
+            &format!(
+                "must have at most {MAX_CANARY_STEPS} steps (not counting a final setWeight: 100)"
+            ),
         );
     }
     let mut previous_weight: Option<(usize, i32)> = None;
@@ -579,8 +601,9 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
                     weight,
                     &format!("weights must not decrease (steps[{j}].setWeight is {before})"),
                 );
+            } else {
+                previous_weight = Some((i, weight));
             }
-            previous_weight = Some((i, weight));
         }
         if let Some(pause) = &step.pause
             && let Err(detail) = pause.duration_seconds()
@@ -622,7 +645,9 @@ fn selector_matches(
             other => {
                 return Err((
                     format!("matchExpressions[{i}].operator"),
-                    format!("unsupported operator {other:?}: supported values are In, NotIn, Exists, DoesNotExist"),
+                    format!(
+                        "unsupported operator {other:?}: supported values are In, NotIn, Exists, DoesNotExist"
+                    ),
                 ));
             }
         };
@@ -649,7 +674,8 @@ fn quoted(s: &str) -> String {
 /// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric.
 fn dns1123_label(s: &str, max: usize) -> Result<(), String> {
     let ok = s.len() <= max
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-');
     ok.then_some(()).ok_or_else(|| {

@@ -51,9 +51,15 @@ pub(super) fn run(files: &[PathBuf]) -> ExitCode {
         };
         for Linted { object, outcome } in linted {
             match outcome {
-                Outcome::Skipped => println!("{}: {object}: skipped (not a squall kind)", file.display()),
+                Outcome::Skipped => {
+                    println!("{}: {object}: skipped (not a squall kind)", file.display())
+                }
                 Outcome::Checked(report) => {
-                    let verdict = if report.is_valid() { "valid" } else { "invalid" };
+                    let verdict = if report.is_valid() {
+                        "valid"
+                    } else {
+                        "invalid"
+                    };
                     println!("{}: {object}: {verdict}", file.display());
                     for error in &report.errors {
                         println!("  error: {error}");
@@ -66,7 +72,11 @@ pub(super) fn run(files: &[PathBuf]) -> ExitCode {
             }
         }
     }
-    if any_error { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if any_error {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn read(file: &Path) -> Result<String, String> {

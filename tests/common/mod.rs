@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses a subset of the helpers
 //! Helpers shared by the integration tests: locating `../shared` and reading manifests.
 
 use std::path::PathBuf;

@@ -1,0 +1,356 @@
+//! One test per validation rule of SPEC §4.2.
+//!
+//! CREATE-time rules use the fixtures in `tests/fixtures/invalid/`: each file starts with
+//! `# expect-error: <field path>` / `# expect-warning: <text>` lines, checked both against
+//! the validation function and against `squall lint` (exit code and output). UPDATE-time
+//! rules (immutable selector, ratcheting, the canary-edit warning) are tested on objects
+//! built here.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use squall::api::defaults::apply_defaults;
+use squall::api::validation::{ErrorKind, validate_object};
+
+struct Expectations {
+    errors: Vec<String>,
+    warnings: Vec<String>,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/invalid")
+        .join(name)
+}
+
+fn expectations(path: &Path) -> Expectations {
+    let text = std::fs::read_to_string(path).unwrap();
+    let header = |prefix: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .map(|s| s.trim().to_string())
+            .collect()
+    };
+    let e = Expectations {
+        errors: header("# expect-error:"),
+        warnings: header("# expect-warning:"),
+    };
+    assert!(
+        !e.errors.is_empty() || !e.warnings.is_empty(),
+        "{}: no expectations",
+        path.display()
+    );
+    e
+}
+
+/// The fixture is rejected with exactly the expected field paths, or warned with the
+/// expected text — and its defaulted form is judged the same way.
+fn check_fixture(name: &str) {
+    let path = fixture(name);
+    let expected = expectations(&path);
+    let docs = common::documents(&path);
+    assert_eq!(docs.len(), 1, "{name}: one object per fixture");
+    let mut defaulted = docs[0].clone();
+    let parses = apply_defaults(&mut defaulted).is_ok();
+    for (label, object) in [("as written", &docs[0]), ("defaulted", &defaulted)] {
+        if label == "defaulted" && !parses {
+            continue; // defaulting leaves unparsable objects alone
+        }
+        let report = validate_object(object, None).expect("owned kind");
+        let paths: Vec<&str> = report.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths, expected.errors,
+            "{name} ({label}): errors were {:#?}",
+            report.errors
+        );
+        for error in &report.errors {
+            assert!(
+                error.to_string().starts_with(&error.path),
+                "{name}: message must name the field: {error}"
+            );
+        }
+        if label == "as written" {
+            for warning in &expected.warnings {
+                assert!(
+                    report.warnings.iter().any(|w| w.contains(warning.as_str())),
+                    "{name}: expected a warning containing {warning:?}, got {:#?}",
+                    report.warnings
+                );
+            }
+        }
+    }
+}
+
+macro_rules! rule_tests {
+    ($($test:ident => $file:literal,)*) => {
+        $(#[test] fn $test() { check_fixture($file); })*
+
+        /// Every fixture file has a test above.
+        #[test]
+        fn every_fixture_has_a_test() {
+            let mut listed = vec![$($file),*];
+            listed.sort();
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+            let on_disk: Vec<String> = common::yaml_files(&dir)
+                .iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(on_disk, listed);
+        }
+    };
+}
+
+rule_tests! {
+    rule01_name_is_a_dns1035_label => "rule01-name-not-dns1035.yaml",
+    rule02_selector_is_not_empty => "rule02-selector-empty.yaml",
+    rule02_selector_selects_template_labels => "rule02-selector-mismatch.yaml",
+    rule03_template_spec_is_required => "rule03-no-template-spec.yaml",
+    rule03_at_least_one_role => "rule03-no-roles.yaml",
+    rule05_rollout_block_in_template_is_forbidden => "rule05-rollout-in-template.yaml",
+    rule06_role_name_is_a_dns1123_label => "rule06-role-name-not-dns1123.yaml",
+    rule06_role_name_is_at_most_44_characters => "rule06-role-name-too-long.yaml",
+    rule06_role_name_is_required => "rule06-role-name-empty.yaml",
+    rule06_role_names_are_unique => "rule06-role-name-duplicate.yaml",
+    rule07_replicas_are_not_negative => "rule07-negative-replicas.yaml",
+    rule07_role_replicas_are_not_negative => "rule07-negative-role-replicas.yaml",
+    rule07_upgrade_order_is_not_negative => "rule07-negative-upgrade-order.yaml",
+    rule07_pod_group_size_is_1_to_100 => "rule07-pod-group-size.yaml",
+    rule08_budgets_are_not_both_zero => "rule08-budgets-both-zero.yaml",
+    rule08_percentages_are_at_most_100 => "rule08-budget-percent-out-of-range.yaml",
+    rule08_budget_strings_are_percentages => "rule08-budget-string-not-percent.yaml",
+    rule08_role_budgets_are_not_negative => "rule08-role-budget-negative.yaml",
+    rule08_percentages_resolving_to_zero_warn => "rule08-percentages-resolve-to-zero.yaml",
+    rule09_scheduling_strategy_not_at_both_levels => "rule09-scheduling-at-both-levels.yaml",
+    rule09_one_scheduler_per_strategy => "rule09-two-schedulers.yaml",
+    rule09_unknown_stormservice_strategy_type => "rule09-unknown-stormservice-strategy.yaml",
+    rule09_unknown_roleset_strategy => "rule09-unknown-roleset-strategy.yaml",
+    rule09_unknown_role_strategy_type => "rule09-unknown-role-strategy.yaml",
+    rule10_at_most_50_steps => "rule10-too-many-steps.yaml",
+    rule10_step_has_not_both_fields => "rule10-step-with-both.yaml",
+    rule10_step_has_one_field => "rule10-empty-step.yaml",
+    rule10_weight_is_0_to_100 => "rule10-weight-out-of-range.yaml",
+    rule10_weights_never_decrease => "rule10-weight-decreases.yaml",
+    rule10_pause_duration_grammar => "rule10-bad-pause-duration.yaml",
+    rule11_budgets_on_inplace_without_canary_warn => "rule11-inplace-budgets-without-canary.yaml",
+    rule11_upgrade_order_with_parallel_warns => "rule11-upgrade-order-with-parallel.yaml",
+    rule11_mixed_upgrade_order_warns => "rule11-mixed-upgrade-order.yaml",
+    rule11_inplace_with_pod_groups_warns => "rule11-inplace-with-pod-groups.yaml",
+    rule11_stateful_is_ignored_with_a_warning => "rule11-stateful-ignored.yaml",
+    rule11_disruption_tolerance_is_ignored_with_a_warning => "rule11-disruption-tolerance-ignored.yaml",
+}
+
+#[test]
+fn unknown_strategy_type_lists_the_valid_values() {
+    let doc = &common::documents(&fixture("rule09-unknown-stormservice-strategy.yaml"))[0];
+    let report = validate_object(doc, None).unwrap();
+    let message = report.error_message();
+    assert!(
+        message.contains("RollingUpdate") && message.contains("InPlaceUpdate"),
+        "{message}"
+    );
+}
+
+#[test]
+fn squall_lint_reports_every_fixture_with_its_field_path() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    for path in common::yaml_files(&dir) {
+        let expected = expectations(&path);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_squall"))
+            .args(["lint", "-f"])
+            .arg(&path)
+            .output()
+            .expect("run squall lint");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let want_code = if expected.errors.is_empty() { 0 } else { 1 };
+        assert_eq!(
+            out.status.code(),
+            Some(want_code),
+            "{}:\n{stdout}",
+            path.display()
+        );
+        for field in &expected.errors {
+            assert!(
+                stdout.contains(&format!("error: {field}: ")),
+                "{}: output does not name {field}:\n{stdout}",
+                path.display()
+            );
+        }
+        for warning in &expected.warnings {
+            assert!(
+                stdout.contains("warning: ") && stdout.contains(warning.as_str()),
+                "{}: output lacks warning {warning:?}:\n{stdout}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn lint_skips_kinds_it_does_not_own_and_fails_on_unreadable_input() {
+    let dir = tempdir();
+    let file = dir.join("mixed.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
+    )
+    .unwrap();
+    let lint = |arg: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_squall"))
+            .args(["lint", "-f"])
+            .arg(arg)
+            .output()
+            .unwrap()
+    };
+    let out = lint(&file);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches("skipped")
+            .count(),
+        2
+    );
+
+    std::fs::write(&file, "kind: [unclosed\n").unwrap();
+    assert_eq!(lint(&file).status.code(), Some(2), "unparsable YAML");
+    assert_eq!(
+        lint(&dir.join("missing.yaml")).status.code(),
+        Some(2),
+        "missing file"
+    );
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("squall-lint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+// ---------------------------------------------------------------------------------------
+// UPDATE-time rules
+
+fn stormservice() -> Value {
+    json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1",
+        "kind": "StormService",
+        "metadata": {"name": "demo", "namespace": "default", "generation": 1},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "demo"}},
+            "template": {
+                "metadata": {"labels": {"app": "demo", "tier": "llm"}},
+                "spec": {"roles": [{"name": "prefill", "template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}}]}
+            }
+        }
+    })
+}
+
+fn errors(new: &Value, old: &Value) -> Vec<(String, ErrorKind)> {
+    validate_object(new, Some(old))
+        .unwrap()
+        .errors
+        .into_iter()
+        .map(|e| (e.path, e.kind))
+        .collect()
+}
+
+#[test]
+fn rule04_selector_is_immutable() {
+    let old = stormservice();
+    let mut new = old.clone();
+    new["spec"]["selector"] = json!({"matchLabels": {"tier": "llm"}});
+    let errs = errors(&new, &old);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].0, "spec.selector");
+    assert!(
+        matches!(&errs[0].1, ErrorKind::Invalid { detail, .. } if detail == "field is immutable")
+    );
+    // The same selector change is fine on CREATE.
+    assert!(validate_object(&new, None).unwrap().is_valid());
+}
+
+#[test]
+fn ratcheting_allows_updates_that_keep_existing_violations() {
+    // Admitted earlier (by AIBrix or during a webhook outage) with an invalid role name.
+    let mut old = stormservice();
+    old["spec"]["template"]["spec"]["roles"][0]["name"] = json!("Prefill");
+    assert!(!validate_object(&old, None).unwrap().is_valid());
+
+    let mut scaled = old.clone();
+    scaled["spec"]["replicas"] = json!(3);
+    assert!(
+        errors(&scaled, &old).is_empty(),
+        "an old violation must not block scaling"
+    );
+
+    let mut worse = scaled.clone();
+    worse["spec"]["replicas"] = json!(-1);
+    let errs = errors(&worse, &old);
+    assert_eq!(
+        errs.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+        ["spec.replicas"],
+        "only the new violation is reported"
+    );
+}
+
+#[test]
+fn ratcheting_allows_metadata_only_updates_and_deletion() {
+    let mut old = stormservice();
+    old["spec"]["replicas"] = json!(-1);
+    old["spec"]["selector"] = json!({});
+
+    let mut finalizing = old.clone();
+    finalizing["metadata"]["finalizers"] = json!([]);
+    assert!(errors(&finalizing, &old).is_empty());
+
+    let mut deleting = old.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z");
+    deleting["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
+    assert!(
+        errors(&deleting, &old).is_empty(),
+        "a terminating object may always be updated"
+    );
+}
+
+#[test]
+fn ratcheting_applies_to_rolesets() {
+    let old = json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+        "metadata": {"name": "rs", "namespace": "default"},
+        "spec": {"roles": [{"name": "a", "replicas": -1}]}
+    });
+    let mut new = old.clone();
+    new["spec"]["updateStrategy"] = json!("Parallel");
+    assert!(errors(&new, &old).is_empty());
+    new["spec"]["roles"][0]["podGroupSize"] = json!(0);
+    assert_eq!(errors(&new, &old).len(), 1);
+}
+
+#[test]
+fn editing_canary_steps_during_a_canary_warns() {
+    let mut old = stormservice();
+    old["spec"]["updateStrategy"] =
+        json!({"canary": {"steps": [{"setWeight": 50}, {"pause": {}}, {"setWeight": 100}]}});
+    old["status"] = json!({"canaryStatus": {"currentStep": 1, "phase": "Paused"}});
+    let mut new = old.clone();
+    new["spec"]["updateStrategy"]["canary"]["steps"][0]["setWeight"] = json!(25);
+    let report = validate_object(&new, Some(&old)).unwrap();
+    assert!(report.is_valid());
+    assert!(
+        report.warnings.iter().any(
+            |w| w == "editing canary steps while a canary is in progress restarts it at step 0"
+        ),
+        "{:?}",
+        report.warnings
+    );
+
+    // No warning once the canary completed.
+    old["status"]["canaryStatus"]["phase"] = json!("Completed");
+    let report = validate_object(&new, Some(&old)).unwrap();
+    assert!(
+        report.warnings.iter().all(|w| !w.contains("canary")),
+        "{:?}",
+        report.warnings
+    );
+}
