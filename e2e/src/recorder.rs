@@ -1,0 +1,91 @@
+//! Records every observed state of the objects of one kind in a namespace, in order, so
+//! tests can assert the order of transitions and check budgets at every observed state.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use futures::TryStreamExt;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+/// One observation of one object.
+#[derive(Clone, Debug)]
+pub enum Observed<K> {
+    /// The object as it was at this point of the watch (created or changed).
+    Applied(K),
+    /// The object was deleted.
+    Deleted(K),
+}
+
+impl<K: ResourceExt> Observed<K> {
+    /// Name of the observed object.
+    pub fn name(&self) -> String {
+        match self {
+            Observed::Applied(o) | Observed::Deleted(o) => o.name_any(),
+        }
+    }
+}
+
+/// Watches a kind in a namespace from creation until dropped, keeping every event.
+pub struct Recorder<K> {
+    events: Arc<Mutex<Vec<Observed<K>>>>,
+    task: JoinHandle<()>,
+}
+
+impl<K> Recorder<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Starts recording; returns once the initial list has been observed, so nothing created
+    /// afterwards is missed.
+    pub async fn start(api: Api<K>) -> Self {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let sink = events.clone();
+        let task = tokio::spawn(async move {
+            let mut synced = Some(synced_tx);
+            let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
+            while let Ok(Some(event)) = stream.try_next().await {
+                let observed = match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => Observed::Applied(o),
+                    watcher::Event::Delete(o) => Observed::Deleted(o),
+                    watcher::Event::InitDone => {
+                        if let Some(tx) = synced.take() {
+                            let _ = tx.send(());
+                        }
+                        continue;
+                    }
+                    watcher::Event::Init => continue,
+                };
+                sink.lock().expect("recorder lock").push(observed);
+            }
+        });
+        synced_rx.await.expect("recorder watch synced");
+        Self { events, task }
+    }
+
+    /// Everything observed so far, in order.
+    pub fn events(&self) -> Vec<Observed<K>> {
+        self.events.lock().expect("recorder lock").clone()
+    }
+
+    /// The observed states of one object, in order.
+    pub fn states_of(&self, name: &str) -> Vec<K> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Observed::Applied(o) if o.name_any() == name => Some(o),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl<K> Drop for Recorder<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
