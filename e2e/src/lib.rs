@@ -33,9 +33,9 @@ pub use shared::{documents, shared_dir, workspace_root};
 
 /// A client for the cluster in `KUBECONFIG`.
 pub async fn client() -> Client {
-    Client::try_default()
-        .await
-        .expect("KUBECONFIG must point at a running cluster (run `make test`, or `e2e/cluster.sh up`)")
+    Client::try_default().await.expect(
+        "KUBECONFIG must point at a running cluster (run `make test`, or `e2e/cluster.sh up`)",
+    )
 }
 
 /// The kubectl binary: `SQUALL_KUBECTL`, else the one `hack/build-tools.sh` built, else
@@ -50,7 +50,9 @@ pub fn kubectl_path() -> PathBuf {
         .ok()
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("kubectl"));
-    built.filter(|p| p.exists()).unwrap_or_else(|| "kubectl".into())
+    built
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| "kubectl".into())
 }
 
 /// Output of a kubectl run.
@@ -68,7 +70,11 @@ pub struct KubectlOutput {
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> KubectlOutput {
     let mut child = Command::new(kubectl_path())
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -94,10 +100,19 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> KubectlOutput {
 pub fn install_crds() {
     let crds = workspace_root().join("manifests/crds/crds.yaml");
     let crds = crds.to_str().expect("utf-8 path");
-    let out = kubectl(&["apply", "--server-side", "--force-conflicts", "-f", crds], None);
+    let out = kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", crds],
+        None,
+    );
     assert!(out.success, "installing CRDs failed: {}", out.stderr);
     let out = kubectl(
-        &["wait", "--for=condition=Established", "--timeout=60s", "-f", crds],
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            crds,
+        ],
         None,
     );
     assert!(out.success, "CRDs not Established: {}", out.stderr);
@@ -133,7 +148,16 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         // Drop cannot await; kubectl deletes it without waiting for finalization.
-        kubectl(&["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"], None);
+        kubectl(
+            &[
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
+            None,
+        );
     }
 }
 

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use e2e::{Recorder, TestNamespace, client, documents, install_crds, kubectl, kubelet, shared_dir, wait_for, workspace_root};
+use e2e::{
+    Recorder, TestNamespace, client, documents, install_crds, kubectl, kubelet, shared_dir,
+    wait_for, workspace_root,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -40,7 +43,14 @@ async fn crds_and_every_sample_pass_strict_server_side_dry_run() {
     install_crds();
     let crds = workspace_root().join("manifests/crds/crds.yaml");
     let out = kubectl(
-        &["apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", crds.to_str().unwrap()],
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            crds.to_str().unwrap(),
+        ],
         None,
     );
     assert!(out.success, "CRDs: {}", out.stderr);
@@ -55,7 +65,15 @@ async fn crds_and_every_sample_pass_strict_server_side_dry_run() {
                 continue; // kinds squall does not own (e.g. PodAutoscaler)
             }
             let out = kubectl(
-                &["apply", "--server-side", "--dry-run=server", "--validate=strict", "--field-manager=e2e", "-f", "-"],
+                &[
+                    "apply",
+                    "--server-side",
+                    "--dry-run=server",
+                    "--validate=strict",
+                    "--field-manager=e2e",
+                    "-f",
+                    "-",
+                ],
                 Some(&doc.to_string()),
             );
             assert!(
@@ -80,12 +98,20 @@ async fn pod_is_scheduled_onto_a_kwok_node_and_becomes_ready_after_the_start_sta
     let pods: Api<Pod> = Api::namespaced(client, ns.name());
     let recorder = Recorder::start(pods.clone()).await;
 
-    pods.create(&PostParams::default(), &test_pod("p", json!({}))).await.unwrap();
-    let ready = wait_for(&pods, "p", "pod p Ready", TIMEOUT, |p| p.is_some_and(is_ready))
+    pods.create(&PostParams::default(), &test_pod("p", json!({})))
         .await
-        .unwrap()
         .unwrap();
-    let node = ready.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+    let ready = wait_for(&pods, "p", "pod p Ready", TIMEOUT, |p| {
+        p.is_some_and(is_ready)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let node = ready
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap();
     assert!(node.starts_with("kwok-node-"), "scheduled onto {node}");
 
     // Mechanism, not timing: the pod was observed started-but-not-Ready before Ready.
@@ -94,7 +120,10 @@ async fn pod_is_scheduled_onto_a_kwok_node_and_becomes_ready_after_the_start_sta
     assert!(
         states[..first_ready]
             .iter()
-            .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && !is_ready(p)),
+            .any(
+                |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && !is_ready(p)
+            ),
         "expected a Running, not-Ready state before Ready; observed {} states",
         states.len()
     );
@@ -106,14 +135,27 @@ async fn held_pods_become_ready_only_when_released() {
     let client = client().await;
     let ns = TestNamespace::create(&client, "hold").await;
     let pods: Api<Pod> = Api::namespaced(client, ns.name());
-    pods.create(&PostParams::default(), &test_pod("held", json!({"e2e.squall.dev/hold-ready": "true"})))
+    pods.create(
+        &PostParams::default(),
+        &test_pod("held", json!({"e2e.squall.dev/hold-ready": "true"})),
+    )
+    .await
+    .unwrap();
+    // A second, unheld pod created after it becomes Ready first: the hold, not timing, decides.
+    pods.create(&PostParams::default(), &test_pod("free", json!({})))
         .await
         .unwrap();
-    // A second, unheld pod created after it becomes Ready first: the hold, not timing, decides.
-    pods.create(&PostParams::default(), &test_pod("free", json!({}))).await.unwrap();
-    wait_for(&pods, "free", "pod free Ready", TIMEOUT, |p| p.is_some_and(is_ready)).await.unwrap();
+    wait_for(&pods, "free", "pod free Ready", TIMEOUT, |p| {
+        p.is_some_and(is_ready)
+    })
+    .await
+    .unwrap();
     let held = pods.get("held").await.unwrap();
-    assert_eq!(condition(&held, "Ready"), Some("False"), "held pod must not be Ready");
+    assert_eq!(
+        condition(&held, "Ready"),
+        Some("False"),
+        "held pod must not be Ready"
+    );
 
     pods.patch(
         "held",
@@ -122,7 +164,11 @@ async fn held_pods_become_ready_only_when_released() {
     )
     .await
     .unwrap();
-    wait_for(&pods, "held", "released pod Ready", TIMEOUT, |p| p.is_some_and(is_ready)).await.unwrap();
+    wait_for(&pods, "held", "released pod Ready", TIMEOUT, |p| {
+        p.is_some_and(is_ready)
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -131,20 +177,34 @@ async fn kubelet_emulation_reports_in_place_updates_and_failures() {
     let client = client().await;
     let ns = TestNamespace::create(&client, "kubelet").await;
     let pods: Api<Pod> = Api::namespaced(client, ns.name());
-    pods.create(&PostParams::default(), &test_pod("p", json!({}))).await.unwrap();
-    wait_for(&pods, "p", "pod p Ready", TIMEOUT, |p| p.is_some_and(is_ready)).await.unwrap();
+    pods.create(&PostParams::default(), &test_pod("p", json!({})))
+        .await
+        .unwrap();
+    wait_for(&pods, "p", "pod p Ready", TIMEOUT, |p| {
+        p.is_some_and(is_ready)
+    })
+    .await
+    .unwrap();
 
     // An in-place image patch, as squall's InPlaceIfPossible strategy makes it.
     let new_image = "registry.k8s.io/e2e-test-images/agnhost:2.54";
     pods.patch(
         "p",
         &PatchParams::default(),
-        &Patch::Strategic(json!({"spec": {"containers": [{"name": "server", "image": new_image}]}})),
+        &Patch::Strategic(
+            json!({"spec": {"containers": [{"name": "server", "image": new_image}]}}),
+        ),
     )
     .await
     .unwrap();
     let pod = kubelet::apply_in_place_update(&pods, "p").await.unwrap();
-    let status = &pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    let status = &pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
     assert_eq!(status.image, new_image);
     assert_eq!(status.image_id, format!("kwok://{new_image}"));
     assert_eq!(status.restart_count, 1);
@@ -152,7 +212,11 @@ async fn kubelet_emulation_reports_in_place_updates_and_failures() {
 
     let pod = kubelet::make_not_ready(&pods, "p").await.unwrap();
     assert_eq!(condition(&pod, "Ready"), Some("False"));
-    assert_eq!(condition(&pod, "PodScheduled"), Some("True"), "other conditions are kept");
+    assert_eq!(
+        condition(&pod, "PodScheduled"),
+        Some("True"),
+        "other conditions are kept"
+    );
 
     let pod = kubelet::fail_pod(&pods, "p").await.unwrap();
     assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Failed"));

@@ -6,14 +6,18 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use e2e::{client, workspace_root};
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 
 fn loopback_url(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("https://") else { return false };
+    let Some(rest) = url.strip_prefix("https://") else {
+        return false;
+    };
     let authority = rest.split('/').next().unwrap_or_default();
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or_default(),
@@ -27,31 +31,66 @@ fn loopback_url(url: &str) -> bool {
 async fn cluster_configuration_is_loopback_only() {
     let client = client().await;
     let mut violations = Vec::new();
-    let check = |what: String, url: Option<&String>, service: bool, violations: &mut Vec<String>| {
-        if service {
-            violations.push(format!("{what}: uses a service reference"));
-        }
-        if let Some(url) = url.filter(|u| !loopback_url(u)) {
-            violations.push(format!("{what}: url {url} is not loopback"));
-        }
-    };
-    for config in Api::<MutatingWebhookConfiguration>::all(client.clone()).list(&ListParams::default()).await.unwrap() {
+    let check =
+        |what: String, url: Option<&String>, service: bool, violations: &mut Vec<String>| {
+            if service {
+                violations.push(format!("{what}: uses a service reference"));
+            }
+            if let Some(url) = url.filter(|u| !loopback_url(u)) {
+                violations.push(format!("{what}: url {url} is not loopback"));
+            }
+        };
+    for config in Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
         for hook in config.webhooks.iter().flatten() {
-            check(format!("mutating webhook {}/{}", config.name_any(), hook.name), hook.client_config.url.as_ref(), hook.client_config.service.is_some(), &mut violations);
+            check(
+                format!("mutating webhook {}/{}", config.name_any(), hook.name),
+                hook.client_config.url.as_ref(),
+                hook.client_config.service.is_some(),
+                &mut violations,
+            );
         }
     }
-    for config in Api::<ValidatingWebhookConfiguration>::all(client.clone()).list(&ListParams::default()).await.unwrap() {
+    for config in Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
         for hook in config.webhooks.iter().flatten() {
-            check(format!("validating webhook {}/{}", config.name_any(), hook.name), hook.client_config.url.as_ref(), hook.client_config.service.is_some(), &mut violations);
+            check(
+                format!("validating webhook {}/{}", config.name_any(), hook.name),
+                hook.client_config.url.as_ref(),
+                hook.client_config.service.is_some(),
+                &mut violations,
+            );
         }
     }
-    for svc in Api::<APIService>::all(client.clone()).list(&ListParams::default()).await.unwrap() {
+    for svc in Api::<APIService>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
         if svc.spec.as_ref().is_some_and(|s| s.service.is_some()) {
-            violations.push(format!("APIService {} is served by a Service", svc.name_any()));
+            violations.push(format!(
+                "APIService {} is served by a Service",
+                svc.name_any()
+            ));
         }
     }
-    for crd in Api::<CustomResourceDefinition>::all(client).list(&ListParams::default()).await.unwrap() {
-        if let Some(webhook) = crd.spec.conversion.as_ref().and_then(|c| c.webhook.as_ref()) {
+    for crd in Api::<CustomResourceDefinition>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        if let Some(webhook) = crd
+            .spec
+            .conversion
+            .as_ref()
+            .and_then(|c| c.webhook.as_ref())
+        {
             let config = webhook.client_config.as_ref();
             check(
                 format!("CRD {} conversion webhook", crd.name_any()),
@@ -61,7 +100,11 @@ async fn cluster_configuration_is_loopback_only() {
             );
         }
     }
-    assert!(violations.is_empty(), "non-loopback configuration:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "non-loopback configuration:\n{}",
+        violations.join("\n")
+    );
 }
 
 /// PIDs recorded by `e2e/cluster.sh` (and by the operator launcher) in the cluster folder.
@@ -73,11 +116,22 @@ fn harness_pids() -> Vec<(String, u32)> {
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "pid") {
-            let pid = std::fs::read_to_string(&path).unwrap().trim().parse().unwrap();
-            pids.push((path.file_stem().unwrap().to_string_lossy().into_owned(), pid));
+            let pid = std::fs::read_to_string(&path)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            pids.push((
+                path.file_stem().unwrap().to_string_lossy().into_owned(),
+                pid,
+            ));
         }
     }
-    assert!(pids.len() >= 5, "expected the control plane's pid files in {}", dir.display());
+    assert!(
+        pids.len() >= 5,
+        "expected the control plane's pid files in {}",
+        dir.display()
+    );
     pids
 }
 
@@ -85,23 +139,45 @@ fn harness_pids() -> Vec<(String, u32)> {
 #[ignore = "needs the local control plane (make test)"]
 fn harness_processes_have_only_loopback_peers() {
     let pids = harness_pids();
-    let out = std::process::Command::new("ss").args(["-tnpH"]).output().expect("ss runs");
-    assert!(out.status.success(), "ss failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new("ss")
+        .args(["-tnpH"])
+        .output()
+        .expect("ss runs");
+    assert!(
+        out.status.success(),
+        "ss failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = String::from_utf8_lossy(&out.stdout);
     let mut violations = Vec::new();
     let mut connections = 0;
     for line in table.lines() {
-        let Some((name, _)) = pids.iter().find(|(_, pid)| line.contains(&format!("pid={pid},"))) else { continue };
+        let Some((name, _)) = pids
+            .iter()
+            .find(|(_, pid)| line.contains(&format!("pid={pid},")))
+        else {
+            continue;
+        };
         connections += 1;
         let peer = line.split_whitespace().nth(4).unwrap_or_default();
-        let host = peer.rsplit_once(':').map_or(peer, |(h, _)| h).trim_matches(|c| c == '[' || c == ']');
+        let host = peer
+            .rsplit_once(':')
+            .map_or(peer, |(h, _)| h)
+            .trim_matches(|c| c == '[' || c == ']');
         let host = host.strip_prefix("::ffff:").unwrap_or(host);
         if !host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()) {
             violations.push(format!("{name}: {line}"));
         }
     }
-    assert!(connections > 0, "no connections found for {pids:?}; is ss allowed to see them?");
-    assert!(violations.is_empty(), "non-loopback connections:\n{}", violations.join("\n"));
+    assert!(
+        connections > 0,
+        "no connections found for {pids:?}; is ss allowed to see them?"
+    );
+    assert!(
+        violations.is_empty(),
+        "non-loopback connections:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]

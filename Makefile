@@ -1,0 +1,23 @@
+# The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
+.PHONY: run test tools crds cluster-up cluster-down lint
+
+run:            ## local control plane + CRDs + samples (the operator once it exists)
+	hack/run.sh
+
+test:           ## fmt, clippy, unit tests, then the e2e suite on the local control plane
+	hack/test.sh
+
+tools:          ## build the control-plane binaries and helm into ~/.cache/squall
+	hack/build-tools.sh
+
+crds:           ## regenerate manifests/crds and the chart's CRD templates
+	UPDATE_CRDS=1 cargo test --test crd_drift
+
+cluster-up:
+	e2e/cluster.sh up
+
+cluster-down:
+	e2e/cluster.sh down
+
+lint:           ## squall lint on the bundled samples
+	cargo run --quiet --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
