@@ -72,3 +72,38 @@ fn no_crds_directory_in_the_chart() {
     // Helm never upgrades `crds/`; squall's CRDs are templates gated by `crds.install`.
     assert!(!root().join("charts/squall/crds").exists());
 }
+
+/// Every field has a description, so `kubectl explain` documents the whole API.
+#[test]
+fn every_field_is_documented() {
+    fn walk(schema: &serde_json::Value, path: &str, missing: &mut Vec<String>) {
+        if let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) {
+            for (key, child) in properties {
+                let child_path = format!("{path}.{key}");
+                if child
+                    .get("description")
+                    .and_then(|d| d.as_str())
+                    .is_none_or(str::is_empty)
+                {
+                    missing.push(child_path.clone());
+                }
+                walk(child, &child_path, missing);
+            }
+        }
+        for nested in ["items", "additionalProperties"] {
+            if let Some(child) = schema.get(nested).filter(|c| c.is_object()) {
+                walk(child, &format!("{path}[]"), missing);
+            }
+        }
+    }
+    for crd in squall::all_crds() {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let mut missing = Vec::new();
+        walk(&schema["openAPIV3Schema"], "", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{:?}: undocumented fields {missing:?}",
+            crd.metadata.name
+        );
+    }
+}

@@ -354,3 +354,25 @@ fn editing_canary_steps_during_a_canary_warns() {
         report.warnings
     );
 }
+
+#[test]
+fn bundled_samples_are_valid() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("manifests/samples");
+    for path in common::yaml_files(&dir) {
+        for doc in common::documents(&path) {
+            let report = validate_object(&doc, None).expect("samples are squall kinds");
+            assert!(
+                report.is_valid(),
+                "{}: {}",
+                path.display(),
+                report.error_message()
+            );
+            assert!(
+                report.warnings.is_empty(),
+                "{}: {:?}",
+                path.display(),
+                report.warnings
+            );
+        }
+    }
+}

@@ -96,6 +96,22 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> KubectlOutput {
     }
 }
 
+/// Server-side applies a YAML or JSON manifest into `namespace` (field manager `e2e`).
+pub fn apply(namespace: &str, manifest: &str) -> KubectlOutput {
+    kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=e2e",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+        ],
+        Some(manifest),
+    )
+}
+
 /// Installs squall's CRDs (`manifests/crds/`) and waits until they are Established.
 pub fn install_crds() {
     let crds = workspace_root().join("manifests/crds/crds.yaml");

@@ -55,6 +55,20 @@ async fn crds_and_every_sample_pass_strict_server_side_dry_run() {
     );
     assert!(out.success, "CRDs: {}", out.stderr);
 
+    let bundled = workspace_root().join("manifests/samples");
+    let out = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            bundled.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.success, "bundled samples: {}", out.stderr);
+
     let Some(shared) = shared_dir() else { return };
     let samples = shared.join("conformance/aibrix-samples");
     let mut checked = 0;
