@@ -130,8 +130,9 @@ fn samples_are_valid_before_and_after_defaulting() {
         squall::api::defaults::apply_defaults(&mut twice).expect("defaulted object parses");
         assert_eq!(twice, defaulted, "{name}: defaulting is not idempotent");
         assert!(
-            squall::webhook::defaults_patch(&defaulted)
+            squall::webhook::mutation(&defaulted)
                 .expect("parses")
+                .0
                 .0
                 .is_empty(),
             "{name}: a second mutation must yield an empty patch"

@@ -4,7 +4,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::validation::{FieldError, MAX_CANARY_STEPS, OwnedKind, parse};
+use super::validation::{
+    FieldError, MAX_CANARY_STEPS, OwnedKind, mixed_upgrade_order_warning, parse,
+};
 use super::{PodSet, RoleSet, StormService};
 
 /// Default StormService `spec.replicas` and role `replicas`.
@@ -20,16 +22,20 @@ pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 /// is returned, so the API server's own schema validation reports the real problem. Kinds
 /// squall does not own are left untouched. Applying the defaults twice changes nothing the
 /// second time.
-pub fn apply_defaults(object: &mut Value) -> Result<(), FieldError> {
+///
+/// Returns warnings about defaults that behave differently from AIBrix (a role list that
+/// mixes explicit and absent `upgradeOrder`).
+pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
+    let mut warnings = Vec::new();
     match OwnedKind::of(object) {
         Some(OwnedKind::StormService) => {
             parse::<StormService>(object)?;
-            default_stormservice(object);
+            default_stormservice(object, &mut warnings);
         }
         Some(OwnedKind::RoleSet) => {
             parse::<RoleSet>(object)?;
             if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
-                default_roleset_spec(spec);
+                default_roleset_spec(spec, "spec", &mut warnings);
             }
         }
         Some(OwnedKind::PodSet) => {
@@ -38,10 +44,10 @@ pub fn apply_defaults(object: &mut Value) -> Result<(), FieldError> {
         }
         None => {}
     }
-    Ok(())
+    Ok(warnings)
 }
 
-fn default_stormservice(object: &mut Value) {
+fn default_stormservice(object: &mut Value, warnings: &mut Vec<String>) {
     let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -75,13 +81,22 @@ fn default_stormservice(object: &mut Value) {
         .and_then(|t| t.get_mut("spec"))
         .and_then(Value::as_object_mut)
     {
-        default_roleset_spec(template_spec);
+        default_roleset_spec(template_spec, "spec.template.spec", warnings);
     }
 }
 
 /// Defaults of a RoleSet spec (also `StormService.spec.template.spec`).
-fn default_roleset_spec(spec: &mut Map<String, Value>) {
+fn default_roleset_spec(spec: &mut Map<String, Value>, path: &str, warnings: &mut Vec<String>) {
     set_absent(spec, "updateStrategy", json!("Sequential"));
+    let roles = spec.get("roles").and_then(Value::as_array);
+    let without_order = roles
+        .into_iter()
+        .flatten()
+        .filter(|r| r.as_object().is_some_and(|r| is_absent(r, "upgradeOrder")))
+        .count();
+    if without_order > 0 && without_order < roles.map_or(0, Vec::len) {
+        warnings.push(mixed_upgrade_order_warning(path));
+    }
     for role in spec
         .get_mut("roles")
         .and_then(Value::as_array_mut)

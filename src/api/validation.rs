@@ -438,10 +438,16 @@ fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, rep
     }
     let explicit = roles.iter().filter(|r| r.upgrade_order.is_some()).count();
     if explicit > 0 && explicit < roles.len() {
-        report.warn(format!(
-            "{path}.roles: roles without upgradeOrder upgrade first; AIBrix >= v0.5 upgrades them last"
-        ));
+        report.warn(mixed_upgrade_order_warning(path));
     }
+}
+
+/// The warning for a role list that mixes explicit and absent `upgradeOrder` (SPEC §2); the
+/// mutating webhook returns it too, since defaulting fills the absent ones.
+pub fn mixed_upgrade_order_warning(roleset_spec_path: &str) -> String {
+    format!(
+        "{roleset_spec_path}.roles: roles without upgradeOrder upgrade first; AIBrix >= v0.5 upgrades them last"
+    )
 }
 
 /// Rules 6–9 for one role.

@@ -4,8 +4,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
@@ -123,7 +123,8 @@ impl Parsed {
         let mut cas = Vec::new();
         for pem in pem_blocks(&bundle.ca_crt) {
             let der = decode(&pem, "ca.crt")?;
-            let (_, cert) = X509Certificate::from_der(&der).map_err(|e| parse_error("ca.crt", e))?;
+            let (_, cert) =
+                X509Certificate::from_der(&der).map_err(|e| parse_error("ca.crt", e))?;
             cas.push(CaInfo {
                 subject: cert.subject().to_string(),
                 validity: validity_of(&cert),
@@ -188,7 +189,10 @@ pub fn issue_serving(
     let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
     let mut params = CertificateParams::default();
     let mut name = DistinguishedName::new();
-    name.push(DnType::CommonName, sans.first().map_or("squall-webhook", String::as_str));
+    name.push(
+        DnType::CommonName,
+        sans.first().map_or("squall-webhook", String::as_str),
+    );
     params.distinguished_name = name;
     params.subject_alt_names = sans
         .iter()
@@ -295,7 +299,10 @@ mod tests {
     #[test]
     fn issued_certificates_read_back() {
         let (ca_crt, ca_key) = new_ca(now(), Duration::from_secs(3600)).unwrap();
-        let sans = vec!["squall.squall-system.svc".to_string(), "127.0.0.1".to_string()];
+        let sans = vec![
+            "squall.squall-system.svc".to_string(),
+            "127.0.0.1".to_string(),
+        ];
         let (tls_crt, tls_key) =
             issue_serving(&ca_crt, &ca_key, &sans, now(), Duration::from_secs(60)).unwrap();
         let parsed = Parsed::from_bundle(Bundle {
@@ -324,9 +331,14 @@ mod tests {
     fn serials_are_distinct() {
         let (ca_crt, ca_key) = new_ca(now(), Duration::from_secs(3600)).unwrap();
         let serial = || {
-            let (crt, key) =
-                issue_serving(&ca_crt, &ca_key, &["a".into()], now(), Duration::from_secs(60))
-                    .unwrap();
+            let (crt, key) = issue_serving(
+                &ca_crt,
+                &ca_key,
+                &["a".into()],
+                now(),
+                Duration::from_secs(60),
+            )
+            .unwrap();
             Parsed::from_bundle(Bundle {
                 ca_crt: ca_crt.clone(),
                 ca_key: ca_key.clone(),

@@ -202,7 +202,13 @@ mod tests {
         let d = plan(t0() + 5 * SECOND, Some(&stored), &sans(), lifetimes(), None);
         assert_eq!(d.action, Action::Wait);
         assert_eq!(d.recheck_at, t0() + 20 * SECOND);
-        let d = plan(t0() + 20 * SECOND, Some(&stored), &sans(), lifetimes(), None);
+        let d = plan(
+            t0() + 20 * SECOND,
+            Some(&stored),
+            &sans(),
+            lifetimes(),
+            None,
+        );
         assert_eq!(d.action, Action::RenewServing);
     }
 
@@ -247,13 +253,20 @@ mod tests {
         let d = plan(at + 3 * SECOND, Some(&rotating), &sans(), l, Some(injected));
         assert_eq!(d.action, Action::Wait, "injected for less than two periods");
         assert_eq!(d.recheck_at, injected + 4 * SECOND);
-        let d = plan(injected + 4 * SECOND, Some(&rotating), &sans(), l, Some(injected));
+        let d = plan(
+            injected + 4 * SECOND,
+            Some(&rotating),
+            &sans(),
+            l,
+            Some(injected),
+        );
         assert_eq!(d.action, Action::SwitchToNewCa);
 
         // Step 2 done: serving by the new CA; the old CA retires when the old serving
         // certificate expires.
         let switch = injected + 4 * SECOND;
-        let (tls_crt, tls_key) = issue_serving(&new_crt, &new_key, &sans(), switch, l.serving).unwrap();
+        let (tls_crt, tls_key) =
+            issue_serving(&new_crt, &new_key, &sans(), switch, l.serving).unwrap();
         let switched = parsed(Bundle {
             tls_crt,
             tls_key,
@@ -268,7 +281,14 @@ mod tests {
             "the next serving renewal or the retirement, whichever comes first"
         );
         assert_eq!(
-            plan(old.serving.validity.not_after, Some(&switched), &sans(), l, Some(injected)).action,
+            plan(
+                old.serving.validity.not_after,
+                Some(&switched),
+                &sans(),
+                l,
+                Some(injected)
+            )
+            .action,
             Action::DropOldCa
         );
     }
@@ -277,7 +297,14 @@ mod tests {
     fn recreates_when_every_ca_expired() {
         let stored = fresh(t0());
         assert_eq!(
-            plan(t0() + 91 * SECOND, Some(&stored), &sans(), lifetimes(), None).action,
+            plan(
+                t0() + 91 * SECOND,
+                Some(&stored),
+                &sans(),
+                lifetimes(),
+                None
+            )
+            .action,
             Action::Create
         );
     }

@@ -185,7 +185,13 @@ fn to_secret(name: &str, bundle: &Bundle, resource_version: Option<String>) -> S
             annotations: bundle
                 .retire_old_ca_after
                 .map(|t| [(RETIRE_OLD_CA_AFTER.to_string(), format_time(t))].into()),
-            labels: Some([("app.kubernetes.io/component".to_string(), "webhook-tls".to_string())].into()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/component".to_string(),
+                    "webhook-tls".to_string(),
+                )]
+                .into(),
+            ),
             ..ObjectMeta::default()
         },
         type_: Some("kubernetes.io/tls".into()),
@@ -231,7 +237,8 @@ async fn write_dir(dir: &Path, bundle: &Bundle, version: u64) -> Result<Stored, 
 }
 
 fn format_time(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339).expect("RFC 3339 formats every OffsetDateTime")
+    t.format(&Rfc3339)
+        .expect("RFC 3339 formats every OffsetDateTime")
 }
 
 fn parse_time(s: &str) -> Result<OffsetDateTime, StoreError> {
@@ -261,11 +268,15 @@ mod tests {
         assert!(store.load().await.unwrap().is_none());
 
         let first = store.create(&bundle("a")).await.unwrap();
-        assert!(matches!(store.create(&bundle("b")).await, Err(StoreError::Conflict)));
+        assert!(matches!(
+            store.create(&bundle("b")).await,
+            Err(StoreError::Conflict)
+        ));
         assert_eq!(store.load().await.unwrap().unwrap(), first);
 
         let mut next = bundle("c");
-        next.retire_old_ca_after = Some(OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap());
+        next.retire_old_ca_after =
+            Some(OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap());
         let second = store.update(&next, &first.version).await.unwrap();
         assert_ne!(second.version, first.version);
         assert!(matches!(

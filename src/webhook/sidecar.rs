@@ -1,0 +1,194 @@
+//! AIBrix's runtime-sidecar injection (AIBRIX-REFERENCE §5), for StormServices annotated
+//! `model.aibrix.ai/sidecar-injection: "true"`. Works on the raw object, like defaulting.
+
+use serde_json::{Map, Value, json};
+
+/// Opt-in annotation on the StormService; only `"true"` injects.
+pub const ANNOTATION_SIDECAR_INJECTION: &str = "model.aibrix.ai/sidecar-injection";
+/// Sidecar image override (StormService annotation).
+pub const ANNOTATION_SIDECAR_IMAGE: &str = "model.aibrix.ai/sidecar-runtime-image";
+/// Engine type (annotation on `spec.template.metadata`).
+pub const ANNOTATION_ENGINE: &str = "model.aibrix.ai/engine";
+/// Name of the injected container.
+pub const SIDECAR_NAME: &str = "aibrix-runtime";
+const DEFAULT_IMAGE: &str = "aibrix/runtime:v0.5.0";
+const VOLUME: &str = "adapter-storage";
+const MOUNT_PATH: &str = "/tmp/aibrix/adapters";
+
+/// Injects the sidecar into every role lacking it when the annotation is `"true"`; returns a
+/// warning when the annotation has any other value (nothing is injected then).
+pub fn inject(stormservice: &mut Value) -> Option<String> {
+    let annotations = stormservice.pointer("/metadata/annotations")?.as_object()?;
+    let value = annotations.get(ANNOTATION_SIDECAR_INJECTION)?.clone();
+    if value != json!("true") {
+        return Some(format!(
+            "metadata.annotations[{ANNOTATION_SIDECAR_INJECTION}] is {value}; only \"true\" injects the runtime sidecar"
+        ));
+    }
+    let image = annotations
+        .get(ANNOTATION_SIDECAR_IMAGE)
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_IMAGE)
+        .to_string();
+    let engine_annotation = stormservice
+        .pointer(&format!(
+            "/spec/template/metadata/annotations/{}",
+            ANNOTATION_ENGINE.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let roles = stormservice
+        .pointer_mut("/spec/template/spec/roles")
+        .and_then(Value::as_array_mut)?;
+    for pod_spec in roles
+        .iter_mut()
+        .filter_map(|role| role.pointer_mut("/template/spec"))
+        .filter_map(Value::as_object_mut)
+    {
+        inject_into_pod(pod_spec, &image, engine_annotation.as_deref());
+    }
+    None
+}
+
+fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&str>) {
+    let containers = pod
+        .get("containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if containers.iter().any(|c| c["name"] == SIDECAR_NAME) {
+        return;
+    }
+    let engine = engine
+        .map(str::to_string)
+        .unwrap_or_else(|| infer_engine(&containers));
+
+    let volumes = pod.entry("volumes").or_insert_with(|| json!([]));
+    if let Some(volumes) = volumes.as_array_mut() {
+        match volumes.iter_mut().find(|v| v["name"] == VOLUME) {
+            Some(existing) if existing.get("emptyDir").is_some() => {}
+            Some(existing) => *existing = json!({"name": VOLUME, "emptyDir": {}}),
+            None => volumes.push(json!({"name": VOLUME, "emptyDir": {}})),
+        }
+    }
+    let mount = json!({"name": VOLUME, "mountPath": MOUNT_PATH});
+    let mut containers = containers;
+    for container in containers.iter_mut().filter_map(Value::as_object_mut) {
+        let mounts = container.entry("volumeMounts").or_insert_with(|| json!([]));
+        if let Some(mounts) = mounts.as_array_mut()
+            && !mounts.iter().any(|m| m["name"] == VOLUME)
+        {
+            mounts.push(mount.clone());
+        }
+    }
+    let sidecar = json!({
+        "name": SIDECAR_NAME,
+        "image": image,
+        "command": ["aibrix_runtime", "--port", "8080"],
+        "env": [
+            {"name": "INFERENCE_ENGINE", "value": engine},
+            {"name": "INFERENCE_ENGINE_ENDPOINT", "value": "http://localhost:8000"},
+        ],
+        "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
+        "volumeMounts": [mount],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "initialDelaySeconds": 3, "periodSeconds": 2},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "initialDelaySeconds": 5, "periodSeconds": 10},
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"cpu": "500m", "memory": "512Mi"},
+        },
+    });
+    containers.insert(0, sidecar);
+    pod.insert("containers".into(), Value::Array(containers));
+}
+
+/// The engine named by the containers' images.
+fn infer_engine(containers: &[Value]) -> String {
+    let images: Vec<String> = containers
+        .iter()
+        .filter_map(|c| c["image"].as_str())
+        .map(str::to_lowercase)
+        .collect();
+    let any = |needle: &str| images.iter().any(|i| i.contains(needle));
+    let engine = if any("vllm") {
+        "vllm"
+    } else if any("sglang") {
+        "sglang"
+    } else if any("text-generation-inference") || any("tgi") {
+        "tgi"
+    } else if any("triton") {
+        "triton"
+    } else if images
+        .iter()
+        .any(|i| i.contains("llama") && i.contains("cpp"))
+    {
+        "llamacpp"
+    } else {
+        "unknown"
+    };
+    engine.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stormservice(annotation: &str) -> Value {
+        json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": "s", "annotations": {ANNOTATION_SIDECAR_INJECTION: annotation}},
+            "spec": {"template": {"spec": {"roles": [
+                {"name": "prefill", "template": {"spec": {
+                    "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.9.0"}],
+                    "volumes": [{"name": VOLUME, "hostPath": {"path": "/x"}}]
+                }}},
+                {"name": "decode", "template": {"spec": {"containers": [{"name": "engine", "image": "lmsysorg/sglang:v0.4"}]}}}
+            ]}}}
+        })
+    }
+
+    #[test]
+    fn injects_the_runtime_sidecar_once() {
+        let mut ss = stormservice("true");
+        assert_eq!(inject(&mut ss), None);
+        let prefill = &ss["spec"]["template"]["spec"]["roles"][0]["template"]["spec"];
+        assert_eq!(prefill["containers"][0]["name"], SIDECAR_NAME);
+        assert_eq!(prefill["containers"][0]["env"][0]["value"], "vllm");
+        assert_eq!(
+            prefill["containers"][1]["volumeMounts"][0]["mountPath"],
+            MOUNT_PATH
+        );
+        assert_eq!(
+            prefill["volumes"],
+            json!([{"name": VOLUME, "emptyDir": {}}]),
+            "converted to emptyDir"
+        );
+        let decode = &ss["spec"]["template"]["spec"]["roles"][1]["template"]["spec"];
+        assert_eq!(decode["containers"][0]["env"][0]["value"], "sglang");
+
+        let once = ss.clone();
+        assert_eq!(inject(&mut ss), None);
+        assert_eq!(ss, once, "idempotent");
+    }
+
+    #[test]
+    fn other_values_warn_and_do_not_inject() {
+        let mut ss = stormservice("yes");
+        let before = ss.clone();
+        let warning = inject(&mut ss).expect("a warning");
+        assert!(warning.contains("only \"true\""), "{warning}");
+        assert_eq!(ss, before);
+    }
+
+    #[test]
+    fn engine_annotation_wins_over_images() {
+        let mut ss = stormservice("true");
+        ss["spec"]["template"]["metadata"] = json!({"annotations": {ANNOTATION_ENGINE: "triton"}});
+        inject(&mut ss);
+        assert_eq!(
+            ss["spec"]["template"]["spec"]["roles"][1]["template"]["spec"]["containers"][0]["env"]
+                [0]["value"],
+            "triton"
+        );
+    }
+}
