@@ -6,10 +6,13 @@
 //! commands).
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod metrics;
 pub mod planner;
+pub mod server;
 pub mod webhook;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

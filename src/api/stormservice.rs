@@ -395,8 +395,9 @@ impl PauseStep {
     }
 }
 
-/// Parses `^\d+$` (seconds) or `^(\d+h)?(\d+m)?(\d+s)?$` (non-empty, units in that order).
-fn parse_duration(s: &str) -> Option<u64> {
+/// Parses `^\d+$` (seconds) or `^(\d+h)?(\d+m)?(\d+s)?$` (non-empty, units in that order)
+/// into seconds — the duration grammar of pause steps, also used by `squall run` flags.
+pub fn parse_duration(s: &str) -> Option<u64> {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().ok();
     }

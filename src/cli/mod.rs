@@ -1,6 +1,7 @@
 //! The `squall` command line (SPEC §6). Each subcommand returns its process exit code.
 
 mod lint;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +18,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the operator: admission webhooks, certificates, admin server.
+    Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions squall serves, as multi-document YAML.
     Crds,
     /// Validate manifests offline with the admission webhook's rules.
@@ -40,6 +43,13 @@ impl Cli {
                 ExitCode::SUCCESS
             }
             Command::Lint { files } => lint::run(&files),
+            Command::Run(args) => match run::run(*args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("squall run: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
         }
     }
 }

@@ -2,6 +2,7 @@
 //! to an AdmissionReview response, built on the shared defaulting and validation of
 //! `crate::api`. The HTTPS server in `crate::server` only moves bytes.
 
+pub mod config;
 pub mod sidecar;
 
 use json_patch::Patch;

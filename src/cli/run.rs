@@ -1,0 +1,308 @@
+//! `squall run`: the operator process — the HTTPS webhook server, the admin server and the
+//! certificate manager (controllers join once they exist, after `/readyz` is green).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use webhook_certs::Lifetimes;
+use webhook_certs::manager::{CertState, Configs, Source};
+use webhook_certs::store::Store;
+
+use crate::admin::{self, Readiness};
+use crate::metrics::Metrics;
+use crate::server::{self, CertResolver};
+use crate::webhook::config::{Registration, configurations};
+
+/// Flags of `squall run` (each also settable through its environment variable).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Run outside a cluster against a loopback API server: webhooks on 127.0.0.1,
+    /// certificates in a directory, webhook configurations registered with `url:`.
+    #[arg(long)]
+    local: bool,
+    /// Address of the HTTPS webhook server.
+    #[arg(long, env = "SQUALL_WEBHOOK_BIND", default_value = "0.0.0.0:9443")]
+    webhook_bind: SocketAddr,
+    /// Address of the plain-HTTP admin server (/healthz, /readyz, /metrics).
+    #[arg(long, env = "SQUALL_ADMIN_BIND", default_value = "0.0.0.0:8080")]
+    admin_bind: SocketAddr,
+    /// `self-signed`: squall issues, stores and rotates certificates; `external`: serve
+    /// the files mounted in --cert-dir (e.g. by cert-manager) and reload them on change.
+    #[arg(long, env = "SQUALL_CERT_MODE", value_enum, default_value_t = CertMode::SelfSigned)]
+    cert_mode: CertMode,
+    /// Certificate directory: the store in --local mode, the mounted files in external mode.
+    #[arg(long, env = "SQUALL_CERT_DIR")]
+    cert_dir: Option<PathBuf>,
+    /// `inject` caBundle into configurations the chart created; `register` them (default
+    /// with --local); `none` (default in external mode).
+    #[arg(long, env = "SQUALL_WEBHOOK_CONFIGS", value_enum)]
+    webhook_configs: Option<WebhookConfigs>,
+    /// Namespace of the operator (its certificate Secret lives here).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "squall-system")]
+    namespace: String,
+    /// Release name: the Secret is `<release>-webhook-tls`, the configurations `<release>`.
+    #[arg(long, env = "SQUALL_RELEASE", default_value = "squall")]
+    release: String,
+    /// Service in front of the webhook server (its DNS names go into the certificate).
+    #[arg(long, env = "SQUALL_SERVICE", default_value = "squall-webhook")]
+    service: String,
+    /// CA lifetime (`87600h`, `90s`, or seconds).
+    #[arg(long, env = "SQUALL_CA_LIFETIME", default_value = "87600h", value_parser = parse_duration)]
+    ca_lifetime: Duration,
+    /// Serving certificate lifetime.
+    #[arg(long, env = "SQUALL_SERVING_LIFETIME", default_value = "8760h", value_parser = parse_duration)]
+    serving_lifetime: Duration,
+    /// How often caBundle is re-injected.
+    #[arg(long, env = "SQUALL_INJECTION_PERIOD", default_value = "60s", value_parser = parse_duration)]
+    injection_period: Duration,
+    /// failurePolicy of registered webhooks.
+    #[arg(long, env = "SQUALL_FAILURE_POLICY", default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+    failure_policy: String,
+    /// A username whose RoleSet writes skip the RoleSet webhooks (the operator's identity).
+    #[arg(long, env = "SQUALL_EXCLUDE_USER")]
+    exclude_user: Option<String>,
+    /// Log format.
+    #[arg(long, env = "SQUALL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum CertMode {
+    SelfSigned,
+    External,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum WebhookConfigs {
+    Inject,
+    Register,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Json,
+    Plain,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::api::stormservice::parse_duration(s)
+        .filter(|secs| *secs > 0)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is not a positive duration such as 90s, 5m, 8760h"))
+}
+
+/// Runs the operator until SIGTERM or SIGINT.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(serve(args))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Plain => builder.init(),
+    }
+}
+
+async fn serve(args: RunArgs) -> anyhow::Result<()> {
+    let config = kube::Config::infer()
+        .await
+        .context("loading the kubeconfig")?;
+    let api_server_loopback = config.cluster_url.host().is_some_and(|h| {
+        h == "localhost"
+            || h.trim_matches(['[', ']'])
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    let client = kube::Client::try_from(config).context("building the API client")?;
+
+    let webhook_listener = TcpListener::bind(args.webhook_bind)
+        .await
+        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind))?;
+    let webhook_addr = webhook_listener.local_addr()?;
+    let admin_listener = TcpListener::bind(args.admin_bind)
+        .await
+        .with_context(|| format!("binding the admin server to {}", args.admin_bind))?;
+    let admin_addr = admin_listener.local_addr()?;
+
+    let configs_mode = args
+        .webhook_configs
+        .unwrap_or(match (args.local, args.cert_mode) {
+            (_, CertMode::External) => WebhookConfigs::None,
+            (true, _) => WebhookConfigs::Register,
+            (false, _) => WebhookConfigs::Inject,
+        });
+    let (sans, server_name) = if args.local {
+        if !webhook_addr.ip().is_loopback() {
+            bail!(
+                "--local serves webhooks on loopback only; --webhook-bind is {}",
+                args.webhook_bind
+            );
+        }
+        let ip = webhook_addr.ip().to_string();
+        (vec![ip.clone(), "localhost".to_string()], ip)
+    } else {
+        let svc = format!("{}.{}.svc", args.service, args.namespace);
+        (vec![svc.clone(), format!("{svc}.cluster.local")], svc)
+    };
+    let configs = match configs_mode {
+        WebhookConfigs::None => Configs::None,
+        WebhookConfigs::Inject => Configs::Inject {
+            client: client.clone(),
+            mutating: args.release.clone(),
+            validating: args.release.clone(),
+        },
+        WebhookConfigs::Register => {
+            if args.local && !api_server_loopback {
+                bail!(
+                    "--local registers webhook configurations only with a loopback API server; the kubeconfig points at a non-loopback address"
+                );
+            }
+            let (mutating, validating) = configurations(&Registration {
+                name: args.release.clone(),
+                base_url: format!("https://{webhook_addr}"),
+                failure_policy: args.failure_policy.clone(),
+                exclude_user: args.exclude_user.clone(),
+            });
+            Configs::Register {
+                client: client.clone(),
+                mutating: Box::new(mutating),
+                validating: Box::new(validating),
+            }
+        }
+    };
+    let source = match args.cert_mode {
+        CertMode::External => Source::External {
+            dir: args
+                .cert_dir
+                .clone()
+                .context("external mode needs --cert-dir")?,
+            poll: Duration::from_secs(1),
+        },
+        CertMode::SelfSigned => Source::SelfSigned {
+            store: match (&args.cert_dir, args.local) {
+                (Some(dir), _) => Store::Dir(dir.clone()),
+                (None, true) => Store::Dir(std::env::temp_dir().join("squall-local-certs")),
+                (None, false) => Store::Secret {
+                    api: Box::new(Api::<Secret>::namespaced(client.clone(), &args.namespace)),
+                    name: format!("{}-webhook-tls", args.release),
+                },
+            },
+            sans,
+            lifetimes: Lifetimes {
+                ca: args.ca_lifetime,
+                serving: args.serving_lifetime,
+                injection_period: args.injection_period,
+            },
+        },
+    };
+
+    let metrics = Arc::new(Metrics::default());
+    let resolver = Arc::new(CertResolver::default());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (certs_tx, certs_rx) = watch::channel(CertState::default());
+
+    let manager = tokio::spawn(webhook_certs::manager::run(
+        source,
+        configs,
+        certs_tx,
+        shutdown_rx.clone(),
+    ));
+    let publisher = tokio::spawn(publish_certificates(
+        certs_rx.clone(),
+        resolver.clone(),
+        metrics.clone(),
+    ));
+    let webhooks = tokio::spawn(server::serve_tls(
+        webhook_listener,
+        server::tls_config(resolver),
+        server::webhook_router(metrics.clone()),
+        shutdown_rx.clone(),
+    ));
+    let readiness = Readiness {
+        certs: certs_rx,
+        webhook_addr,
+        server_name,
+        own_bundle: configs_mode == WebhookConfigs::None,
+    };
+    let admin_router = admin::router(metrics, readiness.clone());
+    let mut admin_shutdown = shutdown_rx.clone();
+    let admin = tokio::spawn(async move {
+        axum::serve(admin_listener, admin_router)
+            .with_graceful_shutdown(async move {
+                let _ = admin_shutdown.changed().await;
+            })
+            .await
+    });
+    tracing::info!(%webhook_addr, %admin_addr, local = args.local, "squall serving");
+    tokio::spawn(async move {
+        while readiness.check().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        tracing::info!("ready: the served certificate verifies against the injected caBundle");
+    });
+
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::join!(webhooks, admin);
+    publisher.abort();
+    match manager.await {
+        Ok(Ok(())) | Err(_) => Ok(()),
+        Ok(Err(e)) => Err(e.into()),
+    }
+}
+
+/// Serves every certificate the manager publishes from the next handshake on.
+async fn publish_certificates(
+    mut certs: watch::Receiver<CertState>,
+    resolver: Arc<CertResolver>,
+    metrics: Arc<Metrics>,
+) {
+    let mut served: Option<String> = None;
+    loop {
+        let current = certs.borrow_and_update().current.clone();
+        if let Some(current) = current
+            && served.as_deref() != Some(&current.bundle.tls_crt)
+        {
+            match resolver.publish(&current.bundle.tls_crt, &current.bundle.tls_key) {
+                Ok(()) => {
+                    served = Some(current.bundle.tls_crt.clone());
+                    metrics.cert_expiry(current.serving.validity.not_after.unix_timestamp());
+                }
+                Err(e) => tracing::error!(error = %e, "cannot serve the published certificate"),
+            }
+        }
+        if certs.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,137 @@
+//! Prometheus metrics (SPEC §7), served on the admin port's `/metrics`.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::webhook::Hook;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    webhook: String,
+    kind: String,
+    operation: String,
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    webhook: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.1 ms .. ~1.6 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
+}
+
+/// The process's metrics.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    admission_requests: Family<AdmissionLabels, Counter>,
+    admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    cert_expiry: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let admission_requests = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "squall_admission_requests",
+            "Admission requests by webhook, kind, operation and verdict (allowed, patched, denied, bad_request)",
+            admission_requests.clone(),
+        );
+        let admission_duration =
+            Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "squall_admission_duration_seconds",
+            "Time to answer an admission request",
+            admission_duration.clone(),
+        );
+        let cert_expiry = Gauge::default();
+        registry.register(
+            "squall_webhook_cert_expiry_timestamp_seconds",
+            "Expiry (Unix time) of the webhook serving certificate",
+            cert_expiry.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            admission_requests,
+            admission_duration,
+            cert_expiry,
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one admission request.
+    pub fn admission(&self, hook: Hook, verdict: &str, took: Duration) {
+        self.admission_requests
+            .get_or_create(&AdmissionLabels {
+                webhook: hook.name().into(),
+                kind: hook.kind().into(),
+                operation: hook.operation().into(),
+                verdict: verdict.into(),
+            })
+            .inc();
+        self.admission_duration
+            .get_or_create(&WebhookLabels {
+                webhook: hook.name().into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records the serving certificate's expiry.
+    pub fn cert_expiry(&self, unix_seconds: i64) {
+        self.cert_expiry.set(unix_seconds);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(
+            &mut out,
+            &self.registry.lock().expect("registry lock"),
+        )
+        .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_admission_and_certificate_metrics() {
+        let metrics = Metrics::default();
+        metrics.admission(
+            Hook::ValidateStormService,
+            "denied",
+            Duration::from_millis(2),
+        );
+        metrics.cert_expiry(1_800_000_000);
+        let text = metrics.render();
+        assert!(text.contains(
+            r#"squall_admission_requests_total{webhook="vstormservice.squall.dev",kind="StormService",operation="validate",verdict="denied"} 1"#
+        ), "{text}");
+        assert!(
+            text.contains(
+                "squall_admission_duration_seconds_count{webhook=\"vstormservice.squall.dev\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("squall_webhook_cert_expiry_timestamp_seconds 1800000000"),
+            "{text}"
+        );
+    }
+}
