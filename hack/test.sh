@@ -10,6 +10,7 @@ export SQUALL_CLUSTER_DIR=${SQUALL_CLUSTER_DIR:-$ROOT/target/e2e-cluster}
 RESULTS=$(mktemp -t squall-test-results.XXXXXX)
 declare -a PHASES=()
 STARTED_CLUSTER=0
+STARTED_OPERATOR=0
 TOTAL_START=$SECONDS
 
 phase() { # name, command...
@@ -22,6 +23,9 @@ phase() { # name, command...
 
 finish() {
   local status=$?
+  if ((STARTED_OPERATOR)); then
+    e2e/operator.sh stop || true
+  fi
   if ((STARTED_CLUSTER)); then
     if ((status != 0)); then
       echo "==> component logs (last 40 lines each) from $SQUALL_CLUSTER_DIR/logs"
@@ -53,9 +57,17 @@ phase "tools build (hack/build-tools.sh)" hack/build-tools.sh
 STARTED_CLUSTER=1
 phase "cluster up" e2e/cluster.sh up
 export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig
+# Disruptive tests first, one at a time, each with its own operator (e2e/tests/serial_*.rs).
+for test_file in e2e/tests/serial_*.rs; do
+  name=$(basename "$test_file" .rs)
+  phase "e2e: $name" cargo test -p e2e --locked --test "$name" -- --include-ignored --test-threads=1
+done
+# Then the ordinary tests, sharing one long-lived operator.
+STARTED_OPERATOR=1
+phase "operator up" e2e/operator.sh start
 for test_file in e2e/tests/*.rs; do
   name=$(basename "$test_file" .rs)
-  [[ $name == zz_loopback_guard ]] && continue
+  [[ $name == zz_loopback_guard || $name == serial_* ]] && continue
   phase "e2e: $name" cargo test -p e2e --locked --test "$name" -- --include-ignored
 done
 # Last: nothing the suite configured or started may reach beyond loopback.

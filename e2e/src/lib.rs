@@ -5,13 +5,17 @@
 //! - [`kubectl`]: the kubectl built by `hack/build-tools.sh`, for applying manifests;
 //! - [`wait_for`]: wait on a watched condition with a timeout and a readable failure;
 //! - [`Recorder`]: every observed state of a kind, in order, for asserting order and budgets;
-//! - [`kubelet`]: what kwok does not emulate (in-place image updates, failures).
+//! - [`kubelet`]: what kwok does not emulate (in-place image updates, failures);
+//! - [`operator`]: `squall run --local` instances for tests;
+//! - [`network`]: TLS probes and the loopback-only connection check.
 //!
 //! Cluster tests are `#[ignore]`d so a plain `cargo test` skips them; `make test` runs them
 //! with `--include-ignored` against the local control plane.
 #![forbid(unsafe_code)]
 
 pub mod kubelet;
+pub mod network;
+pub mod operator;
 mod recorder;
 mod shared;
 

@@ -3,9 +3,8 @@
 //! a connection to one.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 
-use e2e::{client, workspace_root};
+use e2e::client;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -107,11 +106,9 @@ async fn cluster_configuration_is_loopback_only() {
     );
 }
 
-/// PIDs recorded by `e2e/cluster.sh` (and by the operator launcher) in the cluster folder.
+/// PIDs recorded by `e2e/cluster.sh` and the operator launchers in the cluster folder.
 fn harness_pids() -> Vec<(String, u32)> {
-    let dir = std::env::var_os("SQUALL_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/e2e-cluster"));
+    let dir = e2e::operator::cluster_dir();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.unwrap().path();
@@ -139,45 +136,9 @@ fn harness_pids() -> Vec<(String, u32)> {
 #[ignore = "needs the local control plane (make test)"]
 fn harness_processes_have_only_loopback_peers() {
     let pids = harness_pids();
-    let out = std::process::Command::new("ss")
-        .args(["-tnpH"])
-        .output()
-        .expect("ss runs");
-    assert!(
-        out.status.success(),
-        "ss failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8_lossy(&out.stdout);
-    let mut violations = Vec::new();
-    let mut connections = 0;
-    for line in table.lines() {
-        let Some((name, _)) = pids
-            .iter()
-            .find(|(_, pid)| line.contains(&format!("pid={pid},")))
-        else {
-            continue;
-        };
-        connections += 1;
-        let peer = line.split_whitespace().nth(4).unwrap_or_default();
-        let host = peer
-            .rsplit_once(':')
-            .map_or(peer, |(h, _)| h)
-            .trim_matches(|c| c == '[' || c == ']');
-        let host = host.strip_prefix("::ffff:").unwrap_or(host);
-        if !host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback()) {
-            violations.push(format!("{name}: {line}"));
-        }
-    }
-    assert!(
-        connections > 0,
-        "no connections found for {pids:?}; is ss allowed to see them?"
-    );
-    assert!(
-        violations.is_empty(),
-        "non-loopback connections:\n{}",
-        violations.join("\n")
-    );
+    let (connections, violations) = e2e::network::connections_of(&pids);
+    assert!(connections > 0, "no connections found for {pids:?}; is ss allowed to see them?");
+    assert!(violations.is_empty(), "non-loopback connections:\n{}", violations.join("\n"));
 }
 
 #[test]

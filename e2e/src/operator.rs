@@ -1,0 +1,160 @@
+//! Starting and stopping squall operators for tests: `squall run --local` on free loopback
+//! ports, its PID recorded in the cluster folder (so the loopback guard covers it) while it
+//! runs, its log in the cluster folder's `logs/`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{kubectl, workspace_root};
+
+/// The folder `e2e/cluster.sh` keeps its state in.
+pub fn cluster_dir() -> PathBuf {
+    std::env::var_os("SQUALL_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/e2e-cluster"))
+}
+
+/// The squall binary under test (`SQUALL_BIN`, default `target/debug/squall`).
+pub fn squall_bin() -> PathBuf {
+    std::env::var_os("SQUALL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/debug/squall"))
+}
+
+/// A running `squall run --local`.
+pub struct Operator {
+    child: Child,
+    /// Name of its webhook configurations (and of its state files).
+    pub release: String,
+    /// The HTTPS webhook server.
+    pub webhook_addr: SocketAddr,
+    /// The admin server.
+    pub admin_addr: SocketAddr,
+    /// Its certificate directory (`--cert-dir`).
+    pub cert_dir: PathBuf,
+    pid_file: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// A plain HTTP/1.0 GET on loopback: `(status, body)`.
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    Ok((status, body))
+}
+
+impl Operator {
+    /// Starts `squall run --local` with `extra` flags and waits until `/readyz` is green.
+    pub fn start(release: &str, extra: &[&str]) -> Self {
+        let dir = cluster_dir();
+        std::fs::create_dir_all(dir.join("logs")).expect("cluster logs folder");
+        let cert_dir = dir.join(format!("operator-{release}-certs"));
+        let _ = std::fs::remove_dir_all(&cert_dir);
+        let webhook_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log"))).expect("operator log");
+        let mut args: Vec<String> = [
+            "run",
+            "--local",
+            "--log-format",
+            "plain",
+            "--release",
+            release,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        args.extend(["--webhook-bind".into(), webhook_addr.to_string()]);
+        args.extend(["--admin-bind".into(), admin_addr.to_string()]);
+        if !extra.contains(&"--cert-dir") {
+            args.extend(["--cert-dir".into(), cert_dir.display().to_string()]);
+        }
+        args.extend(extra.iter().map(ToString::to_string));
+        let child = Command::new(squall_bin())
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e} (run `cargo build --bin squall`)", squall_bin().display()));
+        let pid_file = dir.join(format!("squall-{release}.pid"));
+        std::fs::write(&pid_file, child.id().to_string()).expect("pid file");
+        let mut operator = Self {
+            child,
+            release: release.to_string(),
+            webhook_addr,
+            admin_addr,
+            cert_dir,
+            pid_file,
+        };
+        operator.wait_ready(Duration::from_secs(60));
+        operator
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("operator status") {
+                panic!("operator {} exited with {status}; see its log in {}", self.release, cluster_dir().join("logs").display());
+            }
+            match http_get(self.admin_addr, "/readyz") {
+                Ok((200, _)) => return,
+                Ok((status, body)) => last = format!("{status} {body}"),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("operator {} not ready after {timeout:?}: last /readyz: {last}", self.release);
+    }
+
+    /// The operator's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Operator {
+    /// SIGTERM, up to 10 s for a graceful exit, then SIGKILL; its webhook configurations
+    /// are removed so the API server stops calling a server that is gone.
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.pid_file);
+        kubectl(
+            &["delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", &self.release, "--ignore-not-found"],
+            None,
+        );
+    }
+}
