@@ -57,7 +57,10 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     Ok((status, body))
 }
 
@@ -70,7 +73,8 @@ impl Operator {
         let _ = std::fs::remove_dir_all(&cert_dir);
         let webhook_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log"))).expect("operator log");
+        let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log")))
+            .expect("operator log");
         let mut args: Vec<String> = [
             "run",
             "--local",
@@ -95,7 +99,12 @@ impl Operator {
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e} (run `cargo build --bin squall`)", squall_bin().display()));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {}: {e} (run `cargo build --bin squall`)",
+                    squall_bin().display()
+                )
+            });
         let pid_file = dir.join(format!("squall-{release}.pid"));
         std::fs::write(&pid_file, child.id().to_string()).expect("pid file");
         let mut operator = Self {
@@ -116,7 +125,11 @@ impl Operator {
         let mut last = String::new();
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().expect("operator status") {
-                panic!("operator {} exited with {status}; see its log in {}", self.release, cluster_dir().join("logs").display());
+                panic!(
+                    "operator {} exited with {status}; see its log in {}",
+                    self.release,
+                    cluster_dir().join("logs").display()
+                );
             }
             match http_get(self.admin_addr, "/readyz") {
                 Ok((200, _)) => return,
@@ -125,7 +138,10 @@ impl Operator {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        panic!("operator {} not ready after {timeout:?}: last /readyz: {last}", self.release);
+        panic!(
+            "operator {} not ready after {timeout:?}: last /readyz: {last}",
+            self.release
+        );
     }
 
     /// The operator's PID.
@@ -153,7 +169,12 @@ impl Drop for Operator {
         }
         let _ = std::fs::remove_file(&self.pid_file);
         kubectl(
-            &["delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", &self.release, "--ignore-not-found"],
+            &[
+                "delete",
+                "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                &self.release,
+                "--ignore-not-found",
+            ],
             None,
         );
     }

@@ -80,30 +80,67 @@ async fn webhook_defaults_are_stored_and_idempotent() {
         }
     })
     .to_string();
-    let out = kubectl(&["apply", "--server-side", "--field-manager=e2e", "-n", ns.name(), "-f", "-"], Some(&manifest));
+    let out = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=e2e",
+            "-n",
+            ns.name(),
+            "-f",
+            "-",
+        ],
+        Some(&manifest),
+    );
     assert!(out.success, "{}", out.stderr);
 
     let api: Api<StormService> = Api::namespaced(client, ns.name());
     let stored = api.get("defaults").await.unwrap();
     let strategy = stored.spec.update_strategy.clone().unwrap();
     let steps = strategy.canary.clone().unwrap().steps.unwrap();
-    assert_eq!(steps.last().unwrap().set_weight, Some(100), "a final setWeight: 100 is appended");
+    assert_eq!(
+        steps.last().unwrap().set_weight,
+        Some(100),
+        "a final setWeight: 100 is appended"
+    );
     assert_eq!(steps.len(), 3);
     assert_eq!(
         serde_json::to_value(&strategy).unwrap(),
         json!({"type": "RollingUpdate", "maxUnavailable": 1, "maxSurge": 0,
                "canary": {"steps": [{"setWeight": 50}, {"pause": {}}, {"setWeight": 100}]}})
     );
-    let role = &stored.spec.template.spec.as_ref().unwrap().roles.as_ref().unwrap()[0];
+    let role = &stored
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .roles
+        .as_ref()
+        .unwrap()[0];
     assert_eq!(role.upgrade_order, Some(0));
     assert_eq!(role.replicas, Some(1));
 
     // Re-applying the same manifest changes nothing.
-    let out = kubectl(&["apply", "--server-side", "--field-manager=e2e", "-n", ns.name(), "-f", "-"], Some(&manifest));
+    let out = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=e2e",
+            "-n",
+            ns.name(),
+            "-f",
+            "-",
+        ],
+        Some(&manifest),
+    );
     assert!(out.success, "{}", out.stderr);
     let again = api.get("defaults").await.unwrap();
     assert_eq!(again.metadata.generation, stored.metadata.generation);
-    assert_eq!(again.metadata.resource_version, stored.metadata.resource_version);
+    assert_eq!(
+        again.metadata.resource_version,
+        stored.metadata.resource_version
+    );
 
     // Replaying the stored object through the mutate path gives an empty patch.
     let mut replay = serde_json::to_value(&again).unwrap();
@@ -126,9 +163,16 @@ async fn every_webhook_rule_is_enforced_at_apply_time() {
         let errors = header(&path, "# expect-error:");
         let warnings = header(&path, "# expect-warning:");
         let object = fixture_object(&path);
-        let out = kubectl(&["apply", "-n", ns.name(), "-f", "-"], Some(&object.to_string()));
+        let out = kubectl(
+            &["apply", "-n", ns.name(), "-f", "-"],
+            Some(&object.to_string()),
+        );
         if errors.is_empty() {
-            assert!(out.success, "{name}: a warning-only object must be admitted: {}", out.stderr);
+            assert!(
+                out.success,
+                "{name}: a warning-only object must be admitted: {}",
+                out.stderr
+            );
             for warning in &warnings {
                 assert!(
                     out.stderr.contains("Warning: ") && out.stderr.contains(warning.as_str()),
@@ -143,14 +187,22 @@ async fn every_webhook_rule_is_enforced_at_apply_time() {
                     "admission webhook \"v{}.squall.dev\" denied the request",
                     object["kind"].as_str().unwrap().to_lowercase()
                 );
-                assert!(out.stderr.contains(&webhook), "{name}: not denied by the webhook: {}", out.stderr);
+                assert!(
+                    out.stderr.contains(&webhook),
+                    "{name}: not denied by the webhook: {}",
+                    out.stderr
+                );
             }
             for field in &errors {
                 // The schema names a duplicate list-map entry by its index, not its key field.
                 let parent = field.rsplit_once('.').map_or(field.as_str(), |(p, _)| p);
                 let named = out.stderr.contains(field.as_str())
                     || (SCHEMA_ENFORCED.contains(&name.as_str()) && out.stderr.contains(parent));
-                assert!(named, "{name}: the denial does not name {field}: {}", out.stderr);
+                assert!(
+                    named,
+                    "{name}: the denial does not name {field}: {}",
+                    out.stderr
+                );
             }
         }
         checked += 1;

@@ -41,9 +41,16 @@ fn apply(ns: &str, object: &Value, dry_run: bool) -> e2e::KubectlOutput {
 #[ignore = "needs the local control plane (make test); disruptive: run serially"]
 async fn without_webhooks_invalid_objects_are_admitted_and_stay_updatable() {
     install_crds();
-    for kind in ["mutatingwebhookconfiguration", "validatingwebhookconfiguration"] {
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
         let out = kubectl(&["get", kind, "-o", "name"], None);
-        assert!(out.stdout.trim().is_empty(), "expected no webhook configurations, found {}", out.stdout);
+        assert!(
+            out.stdout.trim().is_empty(),
+            "expected no webhook configurations, found {}",
+            out.stdout
+        );
     }
     let client = client().await;
     let ns = TestNamespace::create(&client, "negative").await;
@@ -51,7 +58,11 @@ async fn without_webhooks_invalid_objects_are_admitted_and_stay_updatable() {
     // Negative control: with no webhooks, every webhook-only violation is admitted.
     for name in WEBHOOK_ONLY {
         let out = apply(ns.name(), &fixture(name), true);
-        assert!(out.success, "{name} must be admitted without webhooks: {}", out.stderr);
+        assert!(
+            out.success,
+            "{name} must be admitted without webhooks: {}",
+            out.stderr
+        );
     }
     // One of them really stored, as AIBrix (or a webhook outage) would have let it in.
     let mut legacy = fixture("rule06-role-name-not-dns1123.yaml");
@@ -64,17 +75,29 @@ async fn without_webhooks_invalid_objects_are_admitted_and_stay_updatable() {
     // Positive control: the same objects are now denied by the webhook.
     for name in WEBHOOK_ONLY {
         let out = apply(ns.name(), &fixture(name), true);
-        assert!(!out.success, "{name} must be denied with the webhooks registered");
-        assert!(out.stderr.contains("vstormservice.squall.dev"), "{name}: {}", out.stderr);
+        assert!(
+            !out.success,
+            "{name} must be denied with the webhooks registered"
+        );
+        assert!(
+            out.stderr.contains("vstormservice.squall.dev"),
+            "{name}: {}",
+            out.stderr
+        );
     }
     // Ratcheting: the stored invalid object can be updated (its old violation remains)...
     let mut scaled = legacy.clone();
     scaled["spec"]["replicas"] = 3.into();
     let out = apply(ns.name(), &scaled, false);
-    assert!(out.success, "an update keeping an old violation must be allowed: {}", out.stderr);
+    assert!(
+        out.success,
+        "an update keeping an old violation must be allowed: {}",
+        out.stderr
+    );
     // ...but not given a new violation...
     let mut worse = scaled.clone();
-    worse["spec"]["updateStrategy"] = serde_json::json!({"type": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 0});
+    worse["spec"]["updateStrategy"] =
+        serde_json::json!({"type": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 0});
     let out = apply(ns.name(), &worse, false);
     assert!(
         !out.success && out.stderr.contains("spec.updateStrategy.maxUnavailable"),
@@ -83,9 +106,24 @@ async fn without_webhooks_invalid_objects_are_admitted_and_stay_updatable() {
     );
     // ...and it can be deleted.
     let name = legacy["metadata"]["name"].as_str().unwrap();
-    let out = kubectl(&["delete", "stormservice", name, "-n", ns.name(), "--wait=true", "--timeout=30s"], None);
+    let out = kubectl(
+        &[
+            "delete",
+            "stormservice",
+            name,
+            "-n",
+            ns.name(),
+            "--wait=true",
+            "--timeout=30s",
+        ],
+        None,
+    );
     assert!(out.success, "{}", out.stderr);
 
-    let (connections, violations) = e2e::network::connections_of(&[("squall".into(), operator.pid())]);
-    assert!(connections > 0 && violations.is_empty(), "operator connections: {violations:?}");
+    let (connections, violations) =
+        e2e::network::connections_of(&[("squall".into(), operator.pid())]);
+    assert!(
+        connections > 0 && violations.is_empty(),
+        "operator connections: {violations:?}"
+    );
 }

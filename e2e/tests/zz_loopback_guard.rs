@@ -137,8 +137,15 @@ fn harness_pids() -> Vec<(String, u32)> {
 fn harness_processes_have_only_loopback_peers() {
     let pids = harness_pids();
     let (connections, violations) = e2e::network::connections_of(&pids);
-    assert!(connections > 0, "no connections found for {pids:?}; is ss allowed to see them?");
-    assert!(violations.is_empty(), "non-loopback connections:\n{}", violations.join("\n"));
+    assert!(
+        connections > 0,
+        "no connections found for {pids:?}; is ss allowed to see them?"
+    );
+    assert!(
+        violations.is_empty(),
+        "non-loopback connections:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]

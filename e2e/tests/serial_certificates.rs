@@ -1,0 +1,200 @@
+//! Certificate rotation and external certificates, each with its own operator and short
+//! lifetimes (disruptive: run serially). A client opens a fresh TLS connection every second
+//! for a minute, verifying against the `caBundle` the webhook configurations carry at that
+//! moment, as the API server does.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use e2e::network::served_serial;
+use e2e::operator::Operator;
+use e2e::{client, install_crds};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::api::Api;
+use time::OffsetDateTime;
+
+/// One observation per second for `seconds` seconds: `(caBundle, result of the handshake)`.
+async fn probe_every_second(
+    operator: &Operator,
+    seconds: u32,
+) -> Vec<(String, Result<String, String>)> {
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client().await);
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let mut observed = Vec::new();
+    for _ in 0..seconds {
+        ticker.tick().await;
+        let config = configs
+            .get(&operator.release)
+            .await
+            .expect("the operator's configuration");
+        let bundle = config
+            .webhooks
+            .as_ref()
+            .and_then(|w| w[0].client_config.ca_bundle.as_ref())
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        let Some(bundle) = bundle else {
+            observed.push((String::new(), Err("caBundle is empty".to_string())));
+            continue;
+        };
+        let result = served_serial(operator.webhook_addr, &bundle, "127.0.0.1").await;
+        observed.push((bundle, result));
+    }
+    observed
+}
+
+fn assert_no_failures(observed: &[(String, Result<String, String>)]) {
+    let failures: Vec<String> = observed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, r))| r.as_ref().err().map(|e| format!("second {i}: {e}")))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "failed handshakes:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); disruptive: run serially"]
+async fn serving_certificate_rotates_without_failed_handshakes() {
+    install_crds();
+    let operator = Operator::start(
+        "rotation",
+        &["--serving-lifetime", "6s", "--injection-period", "1s"],
+    );
+    let observed = probe_every_second(&operator, 60).await;
+    assert_no_failures(&observed);
+    let serials: BTreeSet<&String> = observed
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    assert!(
+        serials.len() >= 2,
+        "expected renewed serving certificates, saw serials {serials:?}"
+    );
+    let bundles: BTreeSet<&String> = observed.iter().map(|(b, _)| b).collect();
+    assert_eq!(
+        bundles.len(),
+        1,
+        "serving renewals must not change the CA bundle"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); disruptive: run serially"]
+async fn ca_rotation_keeps_every_handshake_verifiable() {
+    install_crds();
+    let operator = Operator::start(
+        "ca-rotation",
+        &[
+            "--ca-lifetime",
+            "24s",
+            "--serving-lifetime",
+            "8s",
+            "--injection-period",
+            "1s",
+        ],
+    );
+    let observed = probe_every_second(&operator, 60).await;
+    assert_no_failures(&observed);
+    let serials: BTreeSet<&String> = observed
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    assert!(serials.len() >= 2, "saw serials {serials:?}");
+    // The bundle went through its two-CA phase and came back to one (new) CA.
+    let ca_counts: Vec<usize> = observed
+        .iter()
+        .map(|(b, _)| webhook_certs::pki::pem_blocks(b).len())
+        .collect();
+    let two_ca_at = ca_counts
+        .iter()
+        .position(|n| *n == 2)
+        .expect("a two-CA bundle was injected");
+    assert!(
+        ca_counts[two_ca_at..].contains(&1),
+        "the old CA was never dropped: {ca_counts:?}"
+    );
+    let bundles: BTreeSet<&String> = observed.iter().map(|(b, _)| b).collect();
+    assert!(
+        bundles.len() >= 3,
+        "expected old, two-CA and new bundles, saw {}",
+        bundles.len()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); disruptive: run serially"]
+async fn external_mode_serves_mounted_files_and_reloads_them() {
+    install_crds();
+    let dir = e2e::operator::cluster_dir().join("external-certs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let (ca_crt, ca_key) = webhook_certs::pki::new_ca(now, Duration::from_secs(3600)).unwrap();
+    let sans = vec!["127.0.0.1".to_string()];
+    let write = |crt: &str, key: &str| {
+        // Like a kubelet Secret mount: new files appear atomically.
+        for (name, contents) in [
+            ("tls.key", key),
+            ("tls.crt", crt),
+            ("ca.crt", ca_crt.as_str()),
+        ] {
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::write(&tmp, contents).unwrap();
+            std::fs::rename(&tmp, dir.join(name)).unwrap();
+        }
+    };
+    let issue = || {
+        webhook_certs::pki::issue_serving(
+            &ca_crt,
+            &ca_key,
+            &sans,
+            OffsetDateTime::now_utc(),
+            Duration::from_secs(3600),
+        )
+        .unwrap()
+    };
+    let serial_of = |crt: &str| {
+        let der = rustls::pki_types::pem::PemObject::from_pem_slice(crt.as_bytes())
+            .map(|d: rustls::pki_types::CertificateDer| d.to_vec())
+            .unwrap();
+        x509_parser::parse_x509_certificate(&der)
+            .unwrap()
+            .1
+            .raw_serial_as_string()
+    };
+    let (first_crt, first_key) = issue();
+    write(&first_crt, &first_key);
+
+    let operator = Operator::start(
+        "external",
+        &[
+            "--cert-mode",
+            "external",
+            "--cert-dir",
+            dir.to_str().unwrap(),
+            "--webhook-configs",
+            "none",
+        ],
+    );
+    assert_eq!(
+        served_serial(operator.webhook_addr, &ca_crt, "127.0.0.1").await,
+        Ok(serial_of(&first_crt))
+    );
+
+    let (second_crt, second_key) = issue();
+    write(&second_crt, &second_key);
+    let want = serial_of(&second_crt);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut last = served_serial(operator.webhook_addr, &ca_crt, "127.0.0.1").await;
+    while last.as_ref() != Ok(&want) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new files were not served within 15 s; last: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        last = served_serial(operator.webhook_addr, &ca_crt, "127.0.0.1").await;
+    }
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Fuzzes the admission review handler with cargo fuzz (libFuzzer): `make fuzz` runs it for
+# FUZZ_SECONDS (default 300); `make test` runs a 30 s smoke. The corpus grows in
+# fuzz/corpus/review (not committed), seeded from fuzz/seeds/review; a crash leaves its
+# input in fuzz/artifacts/review and fails the run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT/fuzz"
+SECONDS_TO_RUN=${FUZZ_SECONDS:-300}
+
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  echo "fuzz: installing cargo-fuzz from crates.io"
+  cargo install cargo-fuzz --locked
+fi
+# libFuzzer and sanitizers need nightly flags: the nightly toolchain when rustup has it,
+# otherwise stable with RUSTC_BOOTSTRAP (and no sanitizer).
+if rustup run nightly rustc --version >/dev/null 2>&1; then
+  fuzz=(cargo +nightly fuzz run)
+else
+  export RUSTC_BOOTSTRAP=1
+  fuzz=(cargo fuzz run --sanitizer none)
+fi
+mkdir -p corpus/review "$ROOT/target"
+"${fuzz[@]}" review corpus/review seeds/review -- \
+  -max_total_time="$SECONDS_TO_RUN" -rss_limit_mb=2048 -max_len=1048576 -print_final_stats=1 2>&1 |
+  tee "$ROOT/target/fuzz-review.log" | grep -E '^(#[0-9]+ +(INITED|DONE)|Done |stat::|==[0-9]+==|SUMMARY|panicked)' || true
+status=${PIPESTATUS[0]}
+echo "fuzz: review target, ${SECONDS_TO_RUN}s, exit $status (full log: target/fuzz-review.log)"
+exit "$status"
