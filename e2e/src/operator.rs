@@ -67,6 +67,20 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
 impl Operator {
     /// Starts `squall run --local` with `extra` flags and waits until `/readyz` is green.
     pub fn start(release: &str, extra: &[&str]) -> Self {
+        Self::spawn(release, "--local", extra)
+    }
+
+    /// Starts one replica of an in-cluster style deployment: certificates in the Secret
+    /// `<release>-webhook-tls` of `namespace` (shared by every replica), no webhook
+    /// configurations, `127.0.0.1` added to the serving certificate's names.
+    pub fn start_replica(release: &str, namespace: &str, replica: usize, extra: &[&str]) -> Self {
+        let mut args = vec!["--namespace", namespace, "--webhook-configs", "none", "--extra-san", "127.0.0.1"];
+        args.extend_from_slice(extra);
+        Self::spawn(&format!("{release}-{replica}"), &format!("--release={release}"), &args)
+    }
+
+    fn spawn(instance: &str, mode: &str, extra: &[&str]) -> Self {
+        let release = instance;
         let dir = cluster_dir();
         std::fs::create_dir_all(dir.join("logs")).expect("cluster logs folder");
         let cert_dir = dir.join(format!("operator-{release}-certs"));
@@ -75,20 +89,16 @@ impl Operator {
         let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log")))
             .expect("operator log");
-        let mut args: Vec<String> = [
-            "run",
-            "--local",
-            "--log-format",
-            "plain",
-            "--release",
-            release,
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let mut args: Vec<String> = ["run", mode, "--log-format", "plain"]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if mode == "--local" {
+            args.extend(["--release".to_string(), release.to_string()]);
+        }
         args.extend(["--webhook-bind".into(), webhook_addr.to_string()]);
         args.extend(["--admin-bind".into(), admin_addr.to_string()]);
-        if !extra.contains(&"--cert-dir") {
+        if mode == "--local" && !extra.contains(&"--cert-dir") {
             args.extend(["--cert-dir".into(), cert_dir.display().to_string()]);
         }
         args.extend(extra.iter().map(ToString::to_string));

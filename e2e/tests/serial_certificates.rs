@@ -198,3 +198,41 @@ async fn external_mode_serves_mounted_files_and_reloads_them() {
         last = served_serial(operator.webhook_addr, &ca_crt, "127.0.0.1").await;
     }
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); disruptive: run serially"]
+async fn replicas_share_one_secret_and_follow_its_renewals() {
+    use k8s_openapi::api::core::v1::Secret;
+
+    let client = client().await;
+    let ns = e2e::TestNamespace::create(&client, "certs-ha").await;
+    let replicas = [
+        Operator::start_replica("ha", ns.name(), 0, &["--serving-lifetime", "9s", "--injection-period", "1s"]),
+        Operator::start_replica("ha", ns.name(), 1, &["--serving-lifetime", "9s", "--injection-period", "1s"]),
+    ];
+    let secrets: Api<Secret> = Api::namespaced(client, ns.name());
+    let secret = secrets.get("ha-webhook-tls").await.expect("one replica created the Secret");
+    let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
+    assert_eq!(keys, ["ca.crt", "ca.key", "tls.crt", "tls.key"]);
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+
+    // Both serve the Secret's certificate; after renewals (by whichever replica) both
+    // follow, with no failed handshake on the way.
+    let mut distinct = BTreeSet::new();
+    let mut agreed = 0;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let secret = secrets.get("ha-webhook-tls").await.unwrap();
+        let ca = String::from_utf8_lossy(&secret.data.as_ref().unwrap()["ca.crt"].0).into_owned();
+        let mut serials = Vec::new();
+        for replica in &replicas {
+            serials.push(served_serial(replica.webhook_addr, &ca, "127.0.0.1").await.expect("handshake"));
+        }
+        if serials[0] == serials[1] {
+            agreed += 1;
+        }
+        distinct.extend(serials);
+    }
+    assert!(distinct.len() >= 2, "no renewal observed: {distinct:?}");
+    assert!(agreed >= 20, "replicas served the same certificate in only {agreed} of 30 probes");
+}

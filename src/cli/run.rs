@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// failurePolicy of registered webhooks.
     #[arg(long, env = "SQUALL_FAILURE_POLICY", default_value = "Fail", value_parser = ["Fail", "Ignore"])]
     failure_policy: String,
+    /// Extra names (DNS or IP) for the serving certificate, e.g. when webhook
+    /// configurations reach the server through a `url:`.
+    #[arg(long = "extra-san", env = "SQUALL_EXTRA_SANS", value_delimiter = ',')]
+    extra_sans: Vec<String>,
     /// A username whose RoleSet writes skip the RoleSet webhooks (the operator's identity).
     #[arg(long, env = "SQUALL_EXCLUDE_USER")]
     exclude_user: Option<String>,
@@ -127,12 +131,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("loading the kubeconfig")?;
-    let api_server_loopback = config.cluster_url.host().is_some_and(|h| {
-        h == "localhost"
-            || h.trim_matches(['[', ']'])
-                .parse::<IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    });
+    let api_server_loopback = is_loopback_host(config.cluster_url.host());
     let client = kube::Client::try_from(config).context("building the API client")?;
 
     let webhook_listener = TcpListener::bind(args.webhook_bind)
@@ -151,7 +150,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             (true, _) => WebhookConfigs::Register,
             (false, _) => WebhookConfigs::Inject,
         });
-    let (sans, server_name) = if args.local {
+    let (mut sans, server_name) = if args.local {
         if !webhook_addr.ip().is_loopback() {
             bail!(
                 "--local serves webhooks on loopback only; --webhook-bind is {}",
@@ -164,6 +163,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         let svc = format!("{}.{}.svc", args.service, args.namespace);
         (vec![svc.clone(), format!("{svc}.cluster.local")], svc)
     };
+    sans.extend(args.extra_sans.iter().cloned());
     let configs = match configs_mode {
         WebhookConfigs::None => Configs::None,
         WebhookConfigs::Inject => Configs::Inject {
@@ -298,11 +298,43 @@ async fn publish_certificates(
     }
 }
 
+/// Whether an API server host is a loopback address (`--local` registers webhooks only then).
+fn is_loopback_host(host: Option<&str>) -> bool {
+    host.is_some_and(|h| {
+        h == "localhost" || h.trim_matches(['[', ']']).parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
 async fn wait_for_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_api_servers_count_as_local() {
+        for host in ["127.0.0.1", "127.3.4.5", "[::1]", "::1", "localhost"] {
+            assert!(is_loopback_host(Some(host)), "{host}");
+        }
+        for host in ["10.96.0.1", "192.168.1.10", "kubernetes.default.svc", "[2001:db8::1]", "localhost.example.com"] {
+            assert!(!is_loopback_host(Some(host)), "{host}");
+        }
+        assert!(!is_loopback_host(None));
+    }
+
+    #[test]
+    fn durations_take_the_pause_grammar_and_must_be_positive() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("87600h"), Ok(Duration::from_secs(87600 * 3600)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("1d").is_err());
     }
 }
