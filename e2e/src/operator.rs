@@ -74,9 +74,20 @@ impl Operator {
     /// `<release>-webhook-tls` of `namespace` (shared by every replica), no webhook
     /// configurations, `127.0.0.1` added to the serving certificate's names.
     pub fn start_replica(release: &str, namespace: &str, replica: usize, extra: &[&str]) -> Self {
-        let mut args = vec!["--namespace", namespace, "--webhook-configs", "none", "--extra-san", "127.0.0.1"];
+        let mut args = vec![
+            "--namespace",
+            namespace,
+            "--webhook-configs",
+            "none",
+            "--extra-san",
+            "127.0.0.1",
+        ];
         args.extend_from_slice(extra);
-        Self::spawn(&format!("{release}-{replica}"), &format!("--release={release}"), &args)
+        Self::spawn(
+            &format!("{release}-{replica}"),
+            &format!("--release={release}"),
+            &args,
+        )
     }
 
     fn spawn(instance: &str, mode: &str, extra: &[&str]) -> Self {

@@ -207,11 +207,24 @@ async fn replicas_share_one_secret_and_follow_its_renewals() {
     let client = client().await;
     let ns = e2e::TestNamespace::create(&client, "certs-ha").await;
     let replicas = [
-        Operator::start_replica("ha", ns.name(), 0, &["--serving-lifetime", "9s", "--injection-period", "1s"]),
-        Operator::start_replica("ha", ns.name(), 1, &["--serving-lifetime", "9s", "--injection-period", "1s"]),
+        Operator::start_replica(
+            "ha",
+            ns.name(),
+            0,
+            &["--serving-lifetime", "9s", "--injection-period", "1s"],
+        ),
+        Operator::start_replica(
+            "ha",
+            ns.name(),
+            1,
+            &["--serving-lifetime", "9s", "--injection-period", "1s"],
+        ),
     ];
     let secrets: Api<Secret> = Api::namespaced(client, ns.name());
-    let secret = secrets.get("ha-webhook-tls").await.expect("one replica created the Secret");
+    let secret = secrets
+        .get("ha-webhook-tls")
+        .await
+        .expect("one replica created the Secret");
     let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
     assert_eq!(keys, ["ca.crt", "ca.key", "tls.crt", "tls.key"]);
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
@@ -226,7 +239,11 @@ async fn replicas_share_one_secret_and_follow_its_renewals() {
         let ca = String::from_utf8_lossy(&secret.data.as_ref().unwrap()["ca.crt"].0).into_owned();
         let mut serials = Vec::new();
         for replica in &replicas {
-            serials.push(served_serial(replica.webhook_addr, &ca, "127.0.0.1").await.expect("handshake"));
+            serials.push(
+                served_serial(replica.webhook_addr, &ca, "127.0.0.1")
+                    .await
+                    .expect("handshake"),
+            );
         }
         if serials[0] == serials[1] {
             agreed += 1;
@@ -234,5 +251,8 @@ async fn replicas_share_one_secret_and_follow_its_renewals() {
         distinct.extend(serials);
     }
     assert!(distinct.len() >= 2, "no renewal observed: {distinct:?}");
-    assert!(agreed >= 20, "replicas served the same certificate in only {agreed} of 30 probes");
+    assert!(
+        agreed >= 20,
+        "replicas served the same certificate in only {agreed} of 30 probes"
+    );
 }

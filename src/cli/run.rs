@@ -301,7 +301,10 @@ async fn publish_certificates(
 /// Whether an API server host is a loopback address (`--local` registers webhooks only then).
 fn is_loopback_host(host: Option<&str>) -> bool {
     host.is_some_and(|h| {
-        h == "localhost" || h.trim_matches(['[', ']']).parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        h == "localhost"
+            || h.trim_matches(['[', ']'])
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
     })
 }
 
@@ -323,7 +326,13 @@ mod tests {
         for host in ["127.0.0.1", "127.3.4.5", "[::1]", "::1", "localhost"] {
             assert!(is_loopback_host(Some(host)), "{host}");
         }
-        for host in ["10.96.0.1", "192.168.1.10", "kubernetes.default.svc", "[2001:db8::1]", "localhost.example.com"] {
+        for host in [
+            "10.96.0.1",
+            "192.168.1.10",
+            "kubernetes.default.svc",
+            "[2001:db8::1]",
+            "localhost.example.com",
+        ] {
             assert!(!is_loopback_host(Some(host)), "{host}");
         }
         assert!(!is_loopback_host(None));
@@ -332,7 +341,10 @@ mod tests {
     #[test]
     fn durations_take_the_pause_grammar_and_must_be_positive() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("87600h"), Ok(Duration::from_secs(87600 * 3600)));
+        assert_eq!(
+            parse_duration("87600h"),
+            Ok(Duration::from_secs(87600 * 3600))
+        );
         assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("1d").is_err());

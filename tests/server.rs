@@ -1,0 +1,235 @@
+//! The HTTPS webhook server in-process, over real TLS on loopback: HTTP/1.1 and h2 by ALPN,
+//! clear HTTP errors for bad input (never a panic), the body limit, and a renewed
+//! certificate reaching new connections without a restart.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use squall::metrics::Metrics;
+use squall::server::{BODY_LIMIT, CertResolver, serve_tls, tls_config, webhook_router};
+use squall::webhook::Hook;
+use time::OffsetDateTime;
+use tokio::net::TcpListener;
+use tokio_rustls::client::TlsStream;
+
+struct Server {
+    addr: SocketAddr,
+    ca_crt: String,
+    ca_key: String,
+    resolver: Arc<CertResolver>,
+    metrics: Arc<Metrics>,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn start() -> Server {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let now = OffsetDateTime::now_utc();
+    let (ca_crt, ca_key) = webhook_certs::pki::new_ca(now, Duration::from_secs(3600)).unwrap();
+    let resolver = Arc::new(CertResolver::default());
+    let server = Server {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        ca_crt,
+        ca_key,
+        resolver: resolver.clone(),
+        metrics: Arc::new(Metrics::default()),
+        _stop: tokio::sync::watch::channel(false).0,
+    };
+    server.renew();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve_tls(
+        listener,
+        tls_config(resolver),
+        webhook_router(server.metrics.clone()),
+        stop_rx,
+    ));
+    Server {
+        addr,
+        _stop: stop,
+        ..server
+    }
+}
+
+impl Server {
+    /// Issues and publishes a new serving certificate; returns its serial.
+    fn renew(&self) -> String {
+        let (crt, key) = webhook_certs::pki::issue_serving(
+            &self.ca_crt,
+            &self.ca_key,
+            &["127.0.0.1".into()],
+            OffsetDateTime::now_utc(),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        self.resolver.publish(&crt, &key).unwrap();
+        serial_of(
+            CertificateDer::from_pem_slice(crt.as_bytes())
+                .unwrap()
+                .as_ref(),
+        )
+    }
+
+    async fn connect(&self, alpn: &[u8]) -> TlsStream<tokio::net::TcpStream> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(self.ca_crt.as_bytes()).unwrap())
+            .unwrap();
+        let mut config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .expect("the server's chain verifies against the CA")
+    }
+
+    /// POSTs `body` to `path` over HTTP/1.1: `(status, body)`.
+    async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        let tls = self.connect(b"http/1.1").await;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let response = sender
+            .send_request(
+                hyper::Request::post(path)
+                    .body(Full::new(Bytes::from(body)))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (
+            status,
+            response
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+    }
+}
+
+fn serial_of(der: &[u8]) -> String {
+    x509_parser::parse_x509_certificate(der)
+        .unwrap()
+        .1
+        .raw_serial_as_string()
+}
+
+fn review() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "11111111-2222-3333-4444-555555555555",
+            "kind": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "kind": "RoleSet"},
+            "resource": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "resource": "rolesets"},
+            "name": "rs", "namespace": "default", "operation": "CREATE", "userInfo": {"username": "u"},
+            "object": {"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+                       "metadata": {"name": "rs"}, "spec": {"roles": [{"name": "a"}]}},
+            "dryRun": false
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn answers_admission_reviews_over_http1() {
+    let server = start().await;
+    let (status, body) = server.post(Hook::MutateRoleSet.path(), review()).await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["kind"], "AdmissionReview");
+    assert_eq!(
+        answer["response"]["uid"],
+        "11111111-2222-3333-4444-555555555555"
+    );
+    assert_eq!(answer["response"]["allowed"], true);
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    assert!(server.metrics.render().contains(r#"verdict="patched"} 1"#));
+}
+
+#[tokio::test]
+async fn answers_over_h2_negotiated_by_alpn() {
+    let server = start().await;
+    let tls = server.connect(b"h2").await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let uri = format!("https://127.0.0.1{}", Hook::ValidateRoleSet.path());
+    let response = sender
+        .send_request(
+            hyper::Request::post(uri)
+                .body(Full::new(Bytes::from(review())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_http_error() {
+    let server = start().await;
+    let path = Hook::ValidateStormService.path();
+    for (body, what) in [
+        (b"{not json".to_vec(), "malformed JSON"),
+        (
+            br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(),
+            "not an AdmissionReview",
+        ),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            "no request",
+        ),
+        (vec![0xff, 0xfe, 0xfd], "invalid UTF-8"),
+        (vec![b'['; 100_000], "deeply nested"),
+    ] {
+        let (status, message) = server.post(path, body).await;
+        assert_eq!(status, 400, "{what}");
+        let message = String::from_utf8_lossy(&message);
+        assert!(message.contains("AdmissionReview"), "{what}: {message}");
+    }
+    let (status, _) = server.post(path, vec![b' '; BODY_LIMIT + 1]).await;
+    assert_eq!(status, 413, "bodies above 8 MiB are refused");
+    let (status, _) = server.post("/not-a-webhook", review()).await;
+    assert_eq!(status, 404);
+    // The server is still serving after all of it.
+    assert_eq!(
+        server.post(Hook::MutateRoleSet.path(), review()).await.0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_renewed_certificate_reaches_new_connections_without_a_restart() {
+    let server = start().await;
+    let served = |tls: &TlsStream<tokio::net::TcpStream>| {
+        serial_of(tls.get_ref().1.peer_certificates().unwrap()[0].as_ref())
+    };
+    let before = served(&server.connect(b"http/1.1").await);
+    let old_connection = server.connect(b"http/1.1").await;
+    let renewed = server.renew();
+    assert_ne!(before, renewed);
+    assert_eq!(served(&server.connect(b"http/1.1").await), renewed);
+    assert_eq!(
+        served(&old_connection),
+        before,
+        "open connections keep their certificate"
+    );
+}
