@@ -1,5 +1,5 @@
 # The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
-.PHONY: run test tools crds cluster-up cluster-down lint
+.PHONY: run test tools crds cluster-up cluster-down lint fuzz bench
 
 run:            ## local control plane + CRDs + samples (the operator once it exists)
 	hack/run.sh
@@ -21,3 +21,9 @@ cluster-down:
 
 lint:           ## squall lint on the bundled samples
 	cargo run --quiet --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
+
+fuzz:           ## fuzz the admission review handler (FUZZ_SECONDS, default 300)
+	hack/fuzz.sh
+
+bench:          ## admission benchmark: mutate / validate vs a no-op handler over TLS
+	cargo bench --bench admission

@@ -27,7 +27,7 @@ pid_of() { # component -> pid if it is running our binary
   local file=$W/$1.pid pid
   [[ -f $file ]] || return 1
   pid=$(<"$file")
-  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$SQUALL_TOOLS_BIN/$1" || return 1
+  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F "$SQUALL_TOOLS_BIN/$1" >/dev/null || return 1
   echo "$pid"
 }
 
@@ -112,7 +112,7 @@ current-context: squall-e2e
 EOF
 }
 
-apiserver_ready() { curl -fsS --cacert "$W/pki/ca.crt" "https://127.0.0.1:$API_PORT/readyz" | grep -qx ok; }
+apiserver_ready() { curl -fsS --cacert "$W/pki/ca.crt" "https://127.0.0.1:$API_PORT/readyz" | grep -x ok >/dev/null; }
 
 start_apiserver() {
   local P=$W/pki

@@ -20,7 +20,7 @@ running_pid() {
   [[ -f $W/squall.pid ]] || return 1
   local pid
   pid=$(<"$W/squall.pid")
-  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$BIN run" || return 1
+  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F "$BIN run" >/dev/null || return 1
   echo "$pid"
 }
 

@@ -32,7 +32,7 @@ phase() { # name, then the command
 
 has_version() { # binary, expected substring, version args...
   local bin=$SQUALL_TOOLS_BIN/$1 want=$2; shift 2
-  [[ -x "$bin" ]] && "$bin" "$@" 2>/dev/null | grep -qF -- "$want"
+  [[ -x "$bin" ]] && "$bin" "$@" 2>/dev/null | grep -F -- "$want" >/dev/null
 }
 
 build_kubernetes() {
@@ -82,9 +82,9 @@ phase "helm $HELM_VERSION" build_helm
 
 echo "==> versions"
 "$SQUALL_TOOLS_BIN/kube-apiserver" --version
-"$SQUALL_TOOLS_BIN/kubectl" version --client | head -1
-"$SQUALL_TOOLS_BIN/etcd" --version | head -1
-"$SQUALL_TOOLS_BIN/kwok" --version | head -1
+"$SQUALL_TOOLS_BIN/kubectl" version --client | sed -n 1p
+"$SQUALL_TOOLS_BIN/etcd" --version | sed -n 1p
+"$SQUALL_TOOLS_BIN/kwok" --version | sed -n 1p
 "$SQUALL_TOOLS_BIN/helm" version --short
 
 echo "==> tools build timing"

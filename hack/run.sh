@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # `make run`: the local control plane (unless SQUALL_USE_EXISTING_CLUSTER=1, which uses the
-# cluster in KUBECONFIG), squall's CRDs, then the bundled samples checked with `squall lint`
-# and applied server-side as a dry run.
-#
-# The operator itself (`squall run`) arrives with the webhook and controller work; until then
-# this says so and leaves the cluster up for exploring (`e2e/cluster.sh down` stops it).
+# cluster in KUBECONFIG), squall's CRDs, the bundled samples checked, then the operator
+# (`squall run --local`) in the foreground until Ctrl-C. The cluster stays up afterwards
+# (`e2e/cluster.sh down` stops it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 hack/build-tools.sh
-export PATH="$(hack/build-tools.sh --print-bin):$PATH"
+PATH="$(hack/build-tools.sh --print-bin):$PATH"
+export PATH
 
 if [[ ${SQUALL_USE_EXISTING_CLUSTER:-0} == 1 ]]; then
   : "${KUBECONFIG:?SQUALL_USE_EXISTING_CLUSTER=1 needs KUBECONFIG}"
@@ -27,12 +26,16 @@ echo "==> checking the bundled samples"
 cargo run --quiet --locked --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
 kubectl apply --server-side --dry-run=server --validate=strict -f manifests/samples/
 
-cat <<EOF
+read -r WEBHOOK_PORT ADMIN_PORT < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
 
-squall's operator (\`squall run\`: webhooks and controllers) is not built yet; this run set up
-the cluster and the CRDs and validated the samples. The cluster stays up:
-
-  export KUBECONFIG=$KUBECONFIG
-  kubectl get crds | grep aibrix
-  e2e/cluster.sh down        # stop it
-EOF
+echo "==> starting the operator (Ctrl-C stops it; the cluster stays up)"
+echo "  export KUBECONFIG=$KUBECONFIG"
+echo "  kubectl apply -f manifests/samples/stormservice-canary.yaml   # defaulted and validated by squall"
+echo "  curl -s http://127.0.0.1:$ADMIN_PORT/readyz; curl -s http://127.0.0.1:$ADMIN_PORT/metrics"
+echo "  e2e/cluster.sh down                                           # stop the cluster afterwards"
+exec cargo run --quiet --locked --bin squall -- run --local --log-format plain \
+  --webhook-bind "127.0.0.1:$WEBHOOK_PORT" --admin-bind "127.0.0.1:$ADMIN_PORT" \
+  --cert-dir "$ROOT/target/squall-local-certs"

@@ -266,10 +266,36 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let _ = shutdown_tx.send(true);
     let _ = tokio::join!(webhooks, admin);
     publisher.abort();
+    if configs_mode == WebhookConfigs::Register {
+        // A registration pointing at a stopped local server would block every apply.
+        deregister(&client, &args.release).await;
+    }
     match manager.await {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(e)) => Err(e.into()),
     }
+}
+
+/// Removes the webhook configurations `--webhook-configs=register` created.
+async fn deregister(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let params = kube::api::DeleteParams::default();
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(name, &params)
+        .await;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(name, &params)
+        .await;
+    for result in [mutating.map(|_| ()), validating.map(|_| ())] {
+        match result {
+            Ok(()) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => tracing::warn!(error = %e, "removing the webhook configurations failed"),
+        }
+    }
+    tracing::info!(name, "webhook configurations removed");
 }
 
 /// Serves every certificate the manager publishes from the next handshake on.
