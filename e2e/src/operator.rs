@@ -71,14 +71,20 @@ impl Operator {
     }
 
     /// Starts one replica of an in-cluster style deployment: certificates in the Secret
-    /// `<release>-webhook-tls` of `namespace` (shared by every replica), no webhook
-    /// configurations, `127.0.0.1` added to the serving certificate's names.
-    pub fn start_replica(release: &str, namespace: &str, replica: usize, extra: &[&str]) -> Self {
+    /// `<release>-webhook-tls` of `namespace` (shared by every replica), `--webhook-configs`
+    /// `configs` (`none` or `inject`), `127.0.0.1` added to the serving certificate's names.
+    pub fn start_replica(
+        release: &str,
+        namespace: &str,
+        replica: usize,
+        configs: &str,
+        extra: &[&str],
+    ) -> Self {
         let mut args = vec![
             "--namespace",
             namespace,
             "--webhook-configs",
-            "none",
+            configs,
             "--extra-san",
             "127.0.0.1",
         ];

@@ -211,12 +211,14 @@ async fn replicas_share_one_secret_and_follow_its_renewals() {
             "ha",
             ns.name(),
             0,
+            "none",
             &["--serving-lifetime", "9s", "--injection-period", "1s"],
         ),
         Operator::start_replica(
             "ha",
             ns.name(),
             1,
+            "none",
             &["--serving-lifetime", "9s", "--injection-period", "1s"],
         ),
     ];
@@ -255,4 +257,82 @@ async fn replicas_share_one_secret_and_follow_its_renewals() {
         agreed >= 20,
         "replicas served the same certificate in only {agreed} of 30 probes"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); disruptive: run serially"]
+async fn injects_ca_bundle_into_existing_configurations_and_repairs_it() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use squall::webhook::config::{Registration, configurations};
+
+    let client = client().await;
+    let ns = e2e::TestNamespace::create(&client, "inject").await;
+    // Configurations as the Helm chart creates them: no caBundle. They select no namespace,
+    // so the API server never calls them during this test.
+    let (mut mutating, mut validating) = configurations(&Registration {
+        name: "inject".into(),
+        base_url: "https://127.0.0.1:9".into(),
+        failure_policy: "Ignore".into(),
+        exclude_user: None,
+    });
+    let nothing = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_labels: Some([("e2e.squall.dev/never".to_string(), "true".to_string())].into()),
+        ..Default::default()
+    };
+    for hook in mutating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(nothing.clone());
+    }
+    for hook in validating.webhooks.iter_mut().flatten() {
+        hook.namespace_selector = Some(nothing.clone());
+    }
+    let m_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    m_api
+        .create(&PostParams::default(), &mutating)
+        .await
+        .unwrap();
+    v_api
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+
+    // Ready means: both configurations carry the bundle the served chain verifies against.
+    let operator = Operator::start_replica("inject", ns.name(), 0, "inject", &[]);
+    let bundle_of = |c: &MutatingWebhookConfiguration| {
+        c.webhooks.as_ref().unwrap()[0]
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .map(|b| b.0.clone())
+    };
+    let injected =
+        bundle_of(&m_api.get("inject").await.unwrap()).expect("caBundle injected at start-up");
+
+    // A GitOps re-apply blanks it; the watch event (not the 60 s timer) restores it.
+    m_api
+        .patch(
+            "inject",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(serde_json::json!([
+                    {"op": "remove", "path": "/webhooks/0/clientConfig/caBundle"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let repaired = e2e::wait_for(
+        &m_api,
+        "inject",
+        "caBundle re-injected after being blanked",
+        Duration::from_secs(15),
+        |c| c.and_then(bundle_of).as_ref() == Some(&injected),
+    )
+    .await;
+    drop(operator);
+    m_api.delete("inject", &Default::default()).await.unwrap();
+    v_api.delete("inject", &Default::default()).await.unwrap();
+    repaired.unwrap();
 }

@@ -64,6 +64,29 @@ pub enum Configs {
     None,
 }
 
+impl Configs {
+    /// The client and the names of the managed configurations (None: none managed).
+    fn targets(&self) -> Option<(&Client, String, String)> {
+        match self {
+            Configs::None => None,
+            Configs::Inject {
+                client,
+                mutating,
+                validating,
+            } => Some((client, mutating.clone(), validating.clone())),
+            Configs::Register {
+                client,
+                mutating,
+                validating,
+            } => Some((
+                client,
+                mutating.metadata.name.clone().unwrap_or_default(),
+                validating.metadata.name.clone().unwrap_or_default(),
+            )),
+        }
+    }
+}
+
 /// Where certificates come from.
 pub enum Source {
     /// squall issues and renews them (`self-signed` mode).
@@ -414,23 +437,7 @@ where
 
 /// The `caBundle` both configurations carry, when every webhook of both agrees.
 async fn read_injected(configs: &Configs) -> Option<String> {
-    let (client, m_name, v_name) = match configs {
-        Configs::None => return None,
-        Configs::Inject {
-            client,
-            mutating,
-            validating,
-        } => (client, mutating.clone(), validating.clone()),
-        Configs::Register {
-            client,
-            mutating,
-            validating,
-        } => (
-            client,
-            mutating.metadata.name.clone().unwrap_or_default(),
-            validating.metadata.name.clone().unwrap_or_default(),
-        ),
-    };
+    let (client, m_name, v_name) = configs.targets()?;
     let m = Api::<MutatingWebhookConfiguration>::all(client.clone())
         .get_opt(&m_name)
         .await
@@ -482,23 +489,12 @@ fn wakeup_stream(
                 .map(|_| ()),
         ));
     }
-    let (client, m, v) = match configs {
-        Configs::Inject {
-            client,
-            mutating,
-            validating,
-        } => (client, mutating.clone(), validating.clone()),
-        Configs::Register {
-            client,
-            mutating,
-            validating,
-        } => (
-            client,
-            mutating.metadata.name.clone().unwrap_or_default(),
-            validating.metadata.name.clone().unwrap_or_default(),
-        ),
-        Configs::None if streams.is_empty() => return Box::pin(futures::stream::pending()),
-        Configs::None => return Box::pin(futures::stream::select_all(streams)),
+    let Some((client, m, v)) = configs.targets() else {
+        return if streams.is_empty() {
+            Box::pin(futures::stream::pending())
+        } else {
+            Box::pin(futures::stream::select_all(streams))
+        };
     };
     let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
     streams.push(Box::pin(
