@@ -171,7 +171,10 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> (AdmissionRespon
         }
     } else {
         let old = req.old_object.as_ref().map(|o| typed_json(o, hook));
-        let report = validate_object(&object, old.as_ref()).expect("the kind was checked above");
+        let Some(report) = validate_object(&object, old.as_ref()) else {
+            // Unreachable: typed_json stamps the request's (checked) kind on the object.
+            return (allowed, Verdict::Allowed);
+        };
         let warnings = report.warnings.clone();
         if report.is_valid() {
             (with_warnings(allowed, warnings), Verdict::Allowed)
@@ -196,14 +199,14 @@ pub fn mutation(object: &Value) -> Result<(Patch, Vec<String>), FieldError> {
     Ok((json_patch::diff(object, &mutated), warnings))
 }
 
-/// The object as JSON with `apiVersion` and `kind` (the API server sends them; a hand-made
-/// review may not).
+/// The object as JSON, stamped with the request's (already checked) `apiVersion` and `kind`:
+/// the API server always sends them matching, but a hand-made review may omit or contradict
+/// them (a fuzzer finding).
 fn typed_json(object: &DynamicObject, hook: Hook) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(map) = value.as_object_mut() {
-        map.entry("apiVersion")
-            .or_insert_with(|| format!("{GROUP}/{VERSION}").into());
-        map.entry("kind").or_insert_with(|| hook.kind().into());
+        map.insert("apiVersion".into(), format!("{GROUP}/{VERSION}").into());
+        map.insert("kind".into(), hook.kind().into());
     }
     value
 }
@@ -336,6 +339,17 @@ mod tests {
         );
         assert_eq!(verdict, Verdict::Allowed);
         assert!(resp.warnings.unwrap()[0].contains("does not handle apps/v1 Deployment"));
+    }
+
+    #[test]
+    fn an_object_contradicting_the_request_kind_does_not_panic() {
+        // Fuzzer finding: object.apiVersion "orchestration.aibrix.ai/v0alpha1" in a RoleSet review.
+        let mut object = roleset(json!([{"name": "a"}]));
+        object["apiVersion"] = json!("orchestration.aibrix.ai/v0alpha1");
+        for hook in [Hook::ValidateRoleSet, Hook::MutateRoleSet] {
+            let body = review_body(hook, "CREATE", object.clone(), None);
+            assert!(response(hook, &body).0.allowed);
+        }
     }
 
     #[test]
