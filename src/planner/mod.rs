@@ -2,3 +2,4 @@
 //! update. No I/O, so every decision is unit- and property-tested.
 
 pub mod budget;
+pub mod roleset;

@@ -1,0 +1,427 @@
+//! Role-level decisions of the RoleSet controller (AIBRIX-REFERENCE §2.3.2–§2.3.4, SPEC §3.4,
+//! §5.1): given each role's spec, its observed pods and the controller's pending
+//! expectations, which pods to create and which to delete — for stateless roles updated by
+//! `Recreate`, under `Sequential` or `Parallel` role ordering.
+//!
+//! Pure: the controller observes, calls [`plan`], and carries the actions out.
+
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+
+use super::budget::Fenceposts;
+use crate::api::RoleSetUpdateStrategy;
+
+/// One observed pod of a role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodView {
+    /// Pod name.
+    pub name: String,
+    /// Its `role-template-hash` label.
+    pub hash: String,
+    /// Not Succeeded or Failed.
+    pub running: bool,
+    /// `deletionTimestamp` set.
+    pub terminating: bool,
+    /// Condition Ready is True.
+    pub ready: bool,
+    /// Creation time (Unix seconds), to delete newer pods first.
+    pub created: i64,
+}
+
+/// What the planner knows about one role.
+#[derive(Clone, Debug)]
+pub struct RoleInput {
+    /// Role name (for logs).
+    pub name: String,
+    /// Desired pods.
+    pub desired: u32,
+    /// The role's budgets, resolved against `desired`.
+    pub budgets: Fenceposts,
+    /// Hash of the role's current pod template.
+    pub target_hash: String,
+    /// Pods the watch cache shows.
+    pub pods: Vec<PodView>,
+    /// Creates issued but not yet observed (they become pods on the target template).
+    pub pending_creates: u32,
+    /// Pods whose deletion was issued but is not yet observed.
+    pub pending_deletes: BTreeSet<String>,
+}
+
+/// What to do for one role.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoleAction {
+    /// New pods to create on the target template.
+    pub create: u32,
+    /// Pods to delete.
+    pub delete: Vec<String>,
+}
+
+impl RoleAction {
+    /// True when nothing is to be done.
+    pub fn is_empty(&self) -> bool {
+        self.create == 0 && self.delete.is_empty()
+    }
+}
+
+/// Counts derived from a role's observations.
+struct Counts<'a> {
+    /// Running, not terminating, not being deleted by us.
+    active: Vec<&'a PodView>,
+    /// Terminating (or being deleted by us) and not yet gone.
+    terminating: u32,
+    /// Finished pods still present, to clean up.
+    finished: Vec<&'a PodView>,
+}
+
+impl RoleInput {
+    fn counts(&self) -> Counts<'_> {
+        let mut counts = Counts {
+            active: Vec::new(),
+            terminating: 0,
+            finished: Vec::new(),
+        };
+        for pod in &self.pods {
+            if pod.terminating || self.pending_deletes.contains(&pod.name) {
+                counts.terminating += 1;
+            } else if pod.running {
+                counts.active.push(pod);
+            } else {
+                counts.finished.push(pod);
+            }
+        }
+        counts
+    }
+
+    /// Active pods, counting creates not yet observed.
+    fn active_total(&self, counts: &Counts<'_>) -> u32 {
+        counts.active.len() as u32 + self.pending_creates
+    }
+
+    fn ready(&self, counts: &Counts<'_>) -> u32 {
+        counts.active.iter().filter(|p| p.ready).count() as u32
+    }
+
+    fn updated(&self, counts: &Counts<'_>) -> u32 {
+        counts
+            .active
+            .iter()
+            .filter(|p| p.hash == self.target_hash)
+            .count() as u32
+            + self.pending_creates
+    }
+
+    /// Room under `desired + maxSurge`, counting terminating pods (they still hold resources).
+    fn create_room(&self, counts: &Counts<'_>) -> u32 {
+        (self.desired + self.budgets.max_surge)
+            .saturating_sub(self.active_total(counts) + counts.terminating)
+    }
+
+    /// Scale: clean up finished pods, then move the number of active pods toward `desired`
+    /// within the budgets.
+    pub fn scale(&self) -> RoleAction {
+        let counts = self.counts();
+        let mut action = RoleAction {
+            delete: counts.finished.iter().map(|p| p.name.clone()).collect(),
+            create: 0,
+        };
+        let active = self.active_total(&counts);
+        if active > self.desired {
+            let mut surplus = active - self.desired;
+            let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
+            let mut ready = self.ready(&counts);
+            let mut candidates = counts.active.clone();
+            candidates.sort_by_key(|p| (p.hash == self.target_hash, p.ready, Reverse(p.created)));
+            for pod in candidates {
+                if surplus == 0 {
+                    break;
+                }
+                if pod.ready {
+                    if ready <= min_available {
+                        break;
+                    }
+                    ready -= 1;
+                }
+                action.delete.push(pod.name.clone());
+                surplus -= 1;
+            }
+        } else if active < self.desired {
+            action.create = (self.desired - active).min(self.create_room(&counts));
+        }
+        action
+    }
+
+    /// Rollout (`Recreate`): replace pods on an old template, deleting not-Ready ones at
+    /// once and Ready ones only while more than `desired - maxUnavailable` stay Ready, and
+    /// creating within `desired + maxSurge`.
+    pub fn rollout(&self) -> RoleAction {
+        let counts = self.counts();
+        let ready = self.ready(&counts);
+        let mut delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut outdated: Vec<&PodView> = counts
+            .active
+            .iter()
+            .copied()
+            .filter(|p| p.hash != self.target_hash)
+            .collect();
+        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        let mut action = RoleAction::default();
+        for pod in outdated {
+            if !pod.ready {
+                action.delete.push(pod.name.clone());
+            } else if delete_budget > 0 {
+                delete_budget -= 1;
+                action.delete.push(pod.name.clone());
+            } else {
+                break;
+            }
+        }
+        action.create = self
+            .create_room(&counts)
+            .min(self.desired.saturating_sub(self.updated(&counts)));
+        action
+    }
+
+    /// Every pod is on the target template, active and Ready, and nothing is pending.
+    pub fn all_ready(&self) -> bool {
+        let counts = self.counts();
+        self.pending_creates == 0
+            && counts.terminating == 0
+            && counts.finished.is_empty()
+            && counts.active.len() as u32 == self.desired
+            && counts
+                .active
+                .iter()
+                .all(|p| p.ready && p.hash == self.target_hash)
+    }
+}
+
+/// Roles in upgrade order (SPEC §2): ascending `upgradeOrder` (absent = 0), ties in spec
+/// order. Returns indexes into `orders`.
+pub fn upgrade_sequence(orders: &[i32]) -> Vec<usize> {
+    let mut sequence: Vec<usize> = (0..orders.len()).collect();
+    sequence.sort_by_key(|&i| orders[i]); // stable
+    sequence
+}
+
+/// One pass over every role: actions aligned with `roles` (spec order).
+///
+/// Scaling comes first: if any role scales, only scaling happens this pass. Then
+/// `Sequential` rolls the first unfinished role in `sequence` (and touches no other), while
+/// `Parallel` and `Interleave` roll every role.
+pub fn plan(
+    strategy: RoleSetUpdateStrategy,
+    roles: &[RoleInput],
+    sequence: &[usize],
+) -> Vec<RoleAction> {
+    let scale: Vec<RoleAction> = roles.iter().map(RoleInput::scale).collect();
+    if scale.iter().any(|a| !a.is_empty()) {
+        return scale;
+    }
+    let mut actions = vec![RoleAction::default(); roles.len()];
+    match strategy {
+        RoleSetUpdateStrategy::Sequential => {
+            for &i in sequence {
+                actions[i] = roles[i].rollout();
+                if !actions[i].is_empty() || !roles[i].all_ready() {
+                    break;
+                }
+            }
+        }
+        RoleSetUpdateStrategy::Parallel | RoleSetUpdateStrategy::Interleave => {
+            for (i, role) in roles.iter().enumerate() {
+                actions[i] = role.rollout();
+            }
+        }
+    }
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::budget::{Budget, resolve_fenceposts};
+    use proptest::prelude::*;
+
+    fn pod(name: &str, hash: &str, ready: bool) -> PodView {
+        PodView {
+            name: name.into(),
+            hash: hash.into(),
+            running: true,
+            terminating: false,
+            ready,
+            created: 0,
+        }
+    }
+
+    fn role(desired: u32, surge: u32, unavailable: u32, pods: Vec<PodView>) -> RoleInput {
+        RoleInput {
+            name: "r".into(),
+            desired,
+            budgets: resolve_fenceposts(
+                Some(Budget::Count(surge)),
+                Some(Budget::Count(unavailable)),
+                desired,
+            ),
+            target_hash: "new".into(),
+            pods,
+            pending_creates: 0,
+            pending_deletes: BTreeSet::new(),
+        }
+    }
+
+    #[test]
+    fn scales_up_within_surge_and_down_keeping_availability() {
+        assert_eq!(role(3, 0, 1, vec![]).scale().create, 3);
+        let mut r = role(3, 0, 1, vec![pod("a", "new", true)]);
+        r.pending_creates = 2;
+        assert!(r.scale().is_empty(), "pending creates count: no duplicates");
+        let down = role(
+            1,
+            0,
+            1,
+            vec![
+                pod("a", "new", true),
+                pod("b", "new", false),
+                pod("c", "new", true),
+            ],
+        );
+        assert_eq!(
+            down.scale().delete,
+            ["b", "a"],
+            "not-Ready first, then Ready while above minAvailable"
+        );
+    }
+
+    #[test]
+    fn recreate_rollout_replaces_one_at_a_time_with_default_budgets() {
+        let r = role(2, 0, 1, vec![pod("a", "old", true), pod("b", "old", true)]);
+        let action = r.rollout();
+        assert_eq!(action.delete.len(), 1);
+        assert_eq!(action.create, 0, "maxSurge 0: make room first");
+        // Next pass after the delete was observed: scale creates the replacement.
+        let r = role(2, 0, 1, vec![pod("b", "old", true)]);
+        assert_eq!(r.scale().create, 1);
+    }
+
+    #[test]
+    fn not_ready_outdated_pods_go_at_once() {
+        let r = role(
+            3,
+            0,
+            1,
+            vec![
+                pod("a", "old", false),
+                pod("b", "old", false),
+                pod("c", "old", true),
+            ],
+        );
+        assert_eq!(r.rollout().delete, ["a", "b"]);
+    }
+
+    #[test]
+    fn sequential_touches_only_the_first_unfinished_role() {
+        let roles = vec![
+            role(1, 0, 1, vec![pod("r1", "old", true)]),
+            role(1, 0, 1, vec![pod("p1", "old", true)]),
+        ];
+        // upgradeOrder: role 1 first.
+        let sequence = upgrade_sequence(&[2, 1]);
+        assert_eq!(sequence, [1, 0]);
+        let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &sequence);
+        assert!(actions[0].is_empty());
+        assert_eq!(actions[1].delete, ["p1"]);
+        let parallel = plan(RoleSetUpdateStrategy::Parallel, &roles, &sequence);
+        assert!(!parallel[0].is_empty() && !parallel[1].is_empty());
+    }
+
+    #[test]
+    fn ties_and_absent_orders_keep_spec_order() {
+        assert_eq!(upgrade_sequence(&[0, 0, 0]), [0, 1, 2]);
+        assert_eq!(upgrade_sequence(&[3, 0, 3, 1]), [1, 3, 0, 2]);
+    }
+
+    fn arb_pod(i: usize) -> impl Strategy<Value = PodView> {
+        (
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            0i64..5,
+        )
+            .prop_map(move |(new, running, terminating, ready, created)| PodView {
+                name: format!("p{i}"),
+                hash: if new { "new" } else { "old" }.into(),
+                running,
+                terminating,
+                ready: ready && running && !terminating,
+                created,
+            })
+    }
+
+    fn arb_role() -> impl Strategy<Value = RoleInput> {
+        (0u32..6, 0u32..3, 0u32..3, 0usize..9, 0u32..3)
+            .prop_flat_map(|(desired, surge, unavailable, n, pending)| {
+                let pods: Vec<_> = (0..n).map(arb_pod).collect();
+                (
+                    Just((desired, surge, unavailable, pending)),
+                    pods,
+                    proptest::collection::btree_set(0usize..9, 0..3),
+                )
+            })
+            .prop_map(|((desired, surge, unavailable, pending), pods, deleting)| {
+                let mut r = role(desired, surge, unavailable, pods);
+                r.pending_creates = pending;
+                r.pending_deletes = deleting.into_iter().map(|i| format!("p{i}")).collect();
+                r
+            })
+    }
+
+    /// Applies actions the way the cluster would once observed: deleted pods disappear (as
+    /// terminating), created pods appear not Ready on the target template.
+    fn observe(role: &RoleInput, action: &RoleAction) -> RoleInput {
+        let mut next = role.clone();
+        next.pending_creates += action.create;
+        next.pending_deletes.extend(action.delete.iter().cloned());
+        next
+    }
+
+    proptest! {
+        /// SPEC §3.4: the controller's own actions never create beyond desired + maxSurge and
+        /// never delete a Ready pod while Ready ≤ desired − maxUnavailable.
+        #[test]
+        fn actions_respect_the_budgets(r in arb_role(), rollout in any::<bool>()) {
+            let counts = r.counts();
+            let before = r.active_total(&counts) + counts.terminating;
+            let action = if rollout { r.rollout() } else { r.scale() };
+            let limit = r.desired + r.budgets.max_surge;
+            prop_assert!(action.create == 0 || before + action.create <= limit,
+                "created {} with {before} present, limit {limit}", action.create);
+            let ready_deleted = action.delete.iter()
+                .filter(|n| r.pods.iter().any(|p| &p.name == *n && p.ready))
+                .count() as u32;
+            let ready = r.ready(&counts);
+            let min_available = r.desired.saturating_sub(r.budgets.max_unavailable);
+            prop_assert!(ready_deleted == 0 || ready - ready_deleted >= min_available,
+                "deleted {ready_deleted} Ready of {ready}, minAvailable {min_available}");
+            prop_assert!(action.delete.iter().all(|n| !r.pending_deletes.contains(n)), "no double delete");
+        }
+
+        /// Idempotence: with the expectations of its own actions recorded, the plan asks for
+        /// nothing new until the cluster changes.
+        #[test]
+        fn the_plan_is_idempotent_under_expectations(r in arb_role()) {
+            let scale = r.scale();
+            let after = observe(&r, &scale);
+            let again = after.scale();
+            prop_assert_eq!(again.create, 0);
+            prop_assert!(again.delete.iter().all(|n| !scale.delete.contains(n)));
+            if scale.is_empty() {
+                let rollout = r.rollout();
+                let after = observe(&r, &rollout);
+                let again = after.rollout();
+                prop_assert_eq!(again.create, 0);
+                prop_assert!(again.delete.iter().all(|n| !rollout.delete.contains(n)));
+            }
+        }
+    }
+}
