@@ -21,6 +21,13 @@ struct AdmissionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    controller: String,
+    verb: String,
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
     webhook: String,
 }
@@ -36,6 +43,7 @@ pub struct Metrics {
     admission_requests: Family<AdmissionLabels, Counter>,
     admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     cert_expiry: Gauge,
+    api_writes: Family<WriteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -62,11 +70,18 @@ impl Default for Metrics {
             "Expiry (Unix time) of the webhook serving certificate",
             cert_expiry.clone(),
         );
+        let api_writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "squall_api_writes",
+            "API writes made by the controllers, by controller, verb and resource",
+            api_writes.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             admission_requests,
             admission_duration,
             cert_expiry,
+            api_writes,
         }
     }
 }
@@ -87,6 +102,17 @@ impl Metrics {
                 webhook: hook.name().into(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts one API write by a controller.
+    pub fn api_write(&self, controller: &str, verb: &str, resource: &str) {
+        self.api_writes
+            .get_or_create(&WriteLabels {
+                controller: controller.into(),
+                verb: verb.into(),
+                resource: resource.into(),
+            })
+            .inc();
     }
 
     /// Records the serving certificate's expiry.

@@ -106,7 +106,9 @@ impl Operator {
         let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log")))
             .expect("operator log");
-        let mut args: Vec<String> = ["run", mode, "--log-format", "plain"]
+        // Test operators exercise webhooks and certificates; the shared operator
+        // (e2e/operator.sh) is the one running controllers.
+        let mut args: Vec<String> = ["run", mode, "--log-format", "plain", "--controllers=false"]
             .iter()
             .map(ToString::to_string)
             .collect();

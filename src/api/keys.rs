@@ -2,6 +2,23 @@
 //! gateways and autoscalers keep working (AIBRIX-REFERENCE §4). One place for all of them;
 //! each is added here by the code that first uses it.
 
+/// Field manager of squall's writes.
+pub const FIELD_MANAGER: &str = "squall";
+
+/// StormService name, on RoleSets, PodSets and pods (the headless Service's name).
+pub const LABEL_STORM_SERVICE_NAME: &str = "storm-service-name";
+/// RoleSet name, on its pods and PodSets.
+pub const LABEL_ROLESET_NAME: &str = "roleset-name";
+/// Role name, on pods and PodSets.
+pub const LABEL_ROLE_NAME: &str = "role-name";
+/// Hash of the role's pod template, on pods and PodSets.
+pub const LABEL_ROLE_TEMPLATE_HASH: &str = "role-template-hash";
+/// Replica slot of a RoleSet within its StormService (source of `ROLESET_INDEX`).
+pub const ANNOTATION_ROLESET_INDEX: &str = "stormservice.orchestration.aibrix.ai/roleset-index";
+
+/// RoleSet finalizer (ordered deletion of its children).
+pub const FINALIZER_ROLESET: &str = "orchestration.aibrix.ai/roleset-finalizer";
+
 /// Prefix of the per-role revision annotations on RoleSets
 /// (`stormservice.orchestration.aibrix.ai/role-revision-name.<role>`). Annotation names are
 /// at most 63 characters, which limits role names to 44.

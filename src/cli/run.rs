@@ -73,6 +73,9 @@ pub struct RunArgs {
     /// A username whose RoleSet writes skip the RoleSet webhooks (the operator's identity).
     #[arg(long, env = "SQUALL_EXCLUDE_USER")]
     exclude_user: Option<String>,
+    /// Run the reconcile loops (they start once `/readyz` is green).
+    #[arg(long, env = "SQUALL_CONTROLLERS", default_value_t = true, action = clap::ArgAction::Set)]
+    controllers: bool,
     /// Log format.
     #[arg(long, env = "SQUALL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -244,7 +247,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         server_name,
         own_bundle: configs_mode == WebhookConfigs::None,
     };
-    let admin_router = admin::router(metrics, readiness.clone());
+    let admin_router = admin::router(metrics.clone(), readiness.clone());
     let mut admin_shutdown = shutdown_rx.clone();
     let admin = tokio::spawn(async move {
         axum::serve(admin_listener, admin_router)
@@ -254,17 +257,30 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             .await
     });
     tracing::info!(%webhook_addr, %admin_addr, local = args.local, "squall serving");
-    tokio::spawn(async move {
-        while readiness.check().await.is_err() {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        tracing::info!("ready: the served certificate verifies against the injected caBundle");
+    let controllers = args.controllers.then(|| {
+        let client = client.clone();
+        let metrics = metrics.clone();
+        let mut stop = shutdown_rx.clone();
+        tokio::spawn(async move {
+            // SPEC §4.3: controllers start only once the webhooks are verifiably reachable.
+            while readiness.check().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            tracing::info!("ready: the served certificate verifies against the injected caBundle; starting controllers");
+            crate::controller::run(client, metrics, async move {
+                let _ = stop.changed().await;
+            })
+            .await;
+        })
     });
 
     wait_for_signal().await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
     let _ = tokio::join!(webhooks, admin);
+    if let Some(controllers) = controllers {
+        let _ = controllers.await;
+    }
     publisher.abort();
     if configs_mode == WebhookConfigs::Register {
         // A registration pointing at a stopped local server would block every apply.

@@ -1,3 +1,188 @@
-//! Reconcile loops for StormService, RoleSet and PodSet (kube-rs runtime). They treat absent
-//! fields exactly as their defaults (`crate::api` accessors) and refuse to roll objects that
-//! fail `crate::api::validation` (condition `InvalidSpec`).
+//! Reconcile loops (kube-rs runtime). They treat absent fields exactly as their defaults
+//! (`crate::api` accessors), refuse to roll objects that fail `crate::api::validation`, and
+//! keep expectations so a lagging view never causes duplicate children (SPEC §5.1).
+
+pub mod render;
+pub mod roleset;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{finalizer, watcher};
+use kube::{Client, ResourceExt};
+
+use crate::api::RoleSet;
+use crate::api::keys::LABEL_ROLESET_NAME;
+use crate::metrics::Metrics;
+
+/// How long an unobserved create or delete is waited for before it is assumed lost.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Reconcile errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// Adding or removing a finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    /// Waiting for children to go away (retried soon).
+    #[error("waiting: {0}")]
+    Waiting(String),
+}
+
+/// Creates and deletes issued for one role of one owner and not yet observed.
+#[derive(Clone, Debug, Default)]
+pub struct Expectation {
+    /// Names of created pods not yet seen.
+    pub creates: BTreeSet<String>,
+    /// Names of pods whose deletion was issued and which are still seen without a
+    /// `deletionTimestamp`.
+    pub deletes: BTreeSet<String>,
+    since: Option<Instant>,
+}
+
+impl Expectation {
+    /// Creates issued and not yet observed.
+    pub fn pending_creates(&self) -> u32 {
+        self.creates.len() as u32
+    }
+}
+
+/// Shared state of the controllers.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Metrics (API writes are counted).
+    pub metrics: Arc<Metrics>,
+    expectations: Mutex<HashMap<(String, String), Expectation>>,
+    logged_generations: Mutex<HashSet<(String, i64)>>,
+}
+
+impl Context {
+    /// A context for `client`.
+    pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            metrics,
+            expectations: Mutex::default(),
+            logged_generations: Mutex::default(),
+        }
+    }
+
+    /// The expectations key of an owner.
+    pub fn key(owner: &RoleSet) -> String {
+        owner.uid().unwrap_or_default()
+    }
+
+    /// Settles expectations against what is observed now and returns what is still pending
+    /// for `role` of `owner`.
+    pub fn observe(&self, owner: &str, role: &str, pods: &[&Pod]) -> Expectation {
+        let mut all = self.expectations.lock().expect("expectations lock");
+        let entry = all
+            .entry((owner.to_string(), role.to_string()))
+            .or_default();
+        let seen: HashMap<String, bool> = pods
+            .iter()
+            .map(|p| (p.name_any(), p.metadata.deletion_timestamp.is_some()))
+            .collect();
+        entry.creates.retain(|name| !seen.contains_key(name));
+        entry.deletes.retain(|name| seen.get(name) == Some(&false));
+        if entry.creates.is_empty() && entry.deletes.is_empty() {
+            entry.since = None;
+        } else if entry
+            .since
+            .is_some_and(|t| t.elapsed() > EXPECTATION_TIMEOUT)
+        {
+            tracing::warn!(
+                owner,
+                role,
+                "expected pod changes were never observed; re-planning"
+            );
+            *entry = Expectation::default();
+        }
+        entry.clone()
+    }
+
+    fn touch(&self, owner: &str, role: &str, update: impl FnOnce(&mut Expectation)) {
+        let mut all = self.expectations.lock().expect("expectations lock");
+        let entry = all
+            .entry((owner.to_string(), role.to_string()))
+            .or_default();
+        update(entry);
+        entry.since.get_or_insert_with(Instant::now);
+    }
+
+    /// Records a create.
+    pub fn expect_create(&self, owner: &str, role: &str, name: &str) {
+        self.touch(owner, role, |e| {
+            e.creates.insert(name.to_string());
+        });
+    }
+
+    /// Records a delete.
+    pub fn expect_delete(&self, owner: &str, role: &str, name: &str) {
+        self.touch(owner, role, |e| {
+            e.deletes.insert(name.to_string());
+        });
+    }
+
+    /// Drops everything recorded for a deleted owner.
+    pub fn forget(&self, owner: &RoleSet) {
+        let key = Self::key(owner);
+        self.expectations
+            .lock()
+            .expect("expectations lock")
+            .retain(|(o, _), _| *o != key);
+    }
+
+    /// True the first time a generation of `owner` is reconciled (to log once per rollout).
+    pub fn first_pass_of_generation(&self, owner: &RoleSet) -> bool {
+        let generation = owner.metadata.generation.unwrap_or_default();
+        self.logged_generations
+            .lock()
+            .expect("logged lock")
+            .insert((Self::key(owner), generation))
+    }
+}
+
+fn error_policy(roleset: Arc<RoleSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error {
+        Error::Waiting(_) => Action::requeue(Duration::from_secs(2)),
+        _ => {
+            tracing::warn!(roleset = %roleset.name_any(), %error, "reconcile failed; retrying");
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
+}
+
+/// Runs the RoleSet controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ctx = Arc::new(Context::new(client.clone(), metrics));
+    Controller::new(
+        Api::<RoleSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<Pod>::all(client),
+        watcher::Config::default().labels(LABEL_ROLESET_NAME),
+    )
+    .graceful_shutdown_on(shutdown)
+    .run(roleset::reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "controller event");
+        }
+    })
+    .await;
+}

@@ -1,0 +1,275 @@
+//! The RoleSet controller on the local control plane (shared operator): roles upgrade in
+//! `upgradeOrder` — asserted on the order of watch events — within the role budgets at every
+//! observed state, and deleting a RoleSet removes its pods and its finalizer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use squall::api::RoleSet;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn roleset(name: &str, roles: &[(&str, i32, Option<i32>)], image: &str) -> RoleSet {
+    let roles: Vec<Value> = roles
+        .iter()
+        .map(|(role, replicas, order)| {
+            let mut r = json!({"name": role, "replicas": replicas,
+                "template": {"spec": {"containers": [{"name": "engine", "image": image}]}}});
+            if let Some(order) = order {
+                r["upgradeOrder"] = json!(order);
+            }
+            r
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+        "metadata": {"name": name}, "spec": {"roles": roles}
+    }))
+    .unwrap()
+}
+
+fn settled(rs: Option<&RoleSet>, generation: i64) -> bool {
+    let Some(rs) = rs else { return false };
+    let Some(status) = rs.status.as_ref() else {
+        return false;
+    };
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    status.observed_generation == Some(generation)
+        && rs.metadata.generation == Some(generation)
+        && ready
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn role_of(pod: &Pod) -> String {
+    pod.labels().get("role-name").cloned().unwrap_or_default()
+}
+
+fn hash_of(pod: &Pod) -> String {
+    pod.labels()
+        .get("role-template-hash")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Creates a RoleSet, waits until it is Ready, changes every role's image, waits until it is
+/// Ready again, and checks the order of the roles' rollouts and the budgets on the recorded
+/// pod events. `roles` is in spec order; `expected` is the upgrade order.
+async fn upgrade_and_check_order(
+    prefix: &str,
+    roles: &[(&str, i32, Option<i32>)],
+    expected: &[&str],
+) {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, prefix).await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client, ns.name());
+    let recorder = Recorder::start(pods.clone()).await;
+
+    rolesets
+        .create(&PostParams::default(), &roleset("rs", roles, "engine:1"))
+        .await
+        .unwrap();
+    wait_for(&rolesets, "rs", "RoleSet rs Ready", TIMEOUT, |rs| {
+        settled(rs, 1)
+    })
+    .await
+    .unwrap();
+    let start = recorder.events().len();
+    let old_hash: BTreeMap<String, String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| (role_of(p), hash_of(p)))
+        .collect();
+
+    let patch: Vec<Value> = (0..roles.len())
+        .map(|i| json!({"op": "replace", "path": format!("/spec/roles/{i}/template/spec/containers/0/image"), "value": "engine:2"}))
+        .collect();
+    rolesets
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!(patch)).unwrap()),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &rolesets,
+        "rs",
+        "RoleSet rs Ready after the image change",
+        TIMEOUT,
+        |rs| settled(rs, 2),
+    )
+    .await
+    .unwrap();
+
+    // Replay every observed state from the change on.
+    let desired: BTreeMap<&str, i32> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
+    let mut state: BTreeMap<String, Pod> = BTreeMap::new();
+    let events = recorder.events();
+    let mut first_change: BTreeMap<String, usize> = BTreeMap::new();
+    let mut done: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, event) in events.iter().enumerate() {
+        let (pod, deleted) = match event {
+            Observed::Applied(p) => (p, false),
+            Observed::Deleted(p) => (p, true),
+        };
+        if deleted {
+            state.remove(&pod.name_any());
+        } else {
+            state.insert(pod.name_any(), pod.clone());
+        }
+        if i < start {
+            continue;
+        }
+        let role = role_of(pod);
+        let changes = deleted
+            || pod.metadata.deletion_timestamp.is_some()
+            || Some(&hash_of(pod)) != old_hash.get(&role);
+        if changes {
+            first_change.entry(role.clone()).or_insert(i);
+        }
+        for (&name, &want) in &desired {
+            let present: Vec<&Pod> = state.values().filter(|p| role_of(p) == name).collect();
+            let live: Vec<&&Pod> = present
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let ready = live.iter().filter(|p| is_ready(p)).count() as i32;
+            // Budgets of the controller's own actions (maxSurge 0, maxUnavailable 1).
+            assert!(
+                present.len() as i32 <= want,
+                "event {i}: role {name} has {} pods, at most {want} allowed",
+                present.len()
+            );
+            assert!(
+                ready >= want - 1,
+                "event {i}: role {name} has {ready} Ready pods, at least {} required",
+                want - 1
+            );
+            let updated = present.len() as i32 == want
+                && present.iter().all(|p| {
+                    Some(&hash_of(p)) != old_hash.get(name)
+                        && is_ready(p)
+                        && p.metadata.deletion_timestamp.is_none()
+                });
+            if updated {
+                done.entry(name.to_string()).or_insert(i);
+            }
+        }
+    }
+    for pair in expected.windows(2) {
+        let (before, after) = (pair[0], pair[1]);
+        let finished = done
+            .get(before)
+            .unwrap_or_else(|| panic!("role {before} never finished updating"));
+        let started = first_change
+            .get(after)
+            .unwrap_or_else(|| panic!("role {after} never changed"));
+        assert!(
+            finished < started,
+            "role {after} changed at event {started} before role {before} finished at event {finished}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn roles_upgrade_in_upgrade_order_within_budgets() {
+    // Spec order differs from upgrade order on purpose.
+    upgrade_and_check_order(
+        "order",
+        &[
+            ("decode", 2, Some(3)),
+            ("router", 1, Some(1)),
+            ("prefill", 2, Some(2)),
+        ],
+        &["router", "prefill", "decode"],
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn roles_without_upgrade_order_keep_spec_order() {
+    upgrade_and_check_order(
+        "specorder",
+        &[
+            ("decode", 2, None),
+            ("router", 1, None),
+            ("prefill", 2, None),
+        ],
+        &["decode", "router", "prefill"],
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn deleting_a_roleset_removes_its_pods_and_its_finalizer() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "rsdelete").await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client, ns.name());
+    rolesets
+        .create(
+            &PostParams::default(),
+            &roleset(
+                "rs",
+                &[("prefill", 2, None), ("decode", 1, None)],
+                "engine:1",
+            ),
+        )
+        .await
+        .unwrap();
+    let ready = wait_for(&rolesets, "rs", "RoleSet rs Ready", TIMEOUT, |rs| {
+        settled(rs, 1)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        ready
+            .finalizers()
+            .iter()
+            .any(|f| f == "orchestration.aibrix.ai/roleset-finalizer")
+    );
+    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 3);
+
+    rolesets
+        .delete("rs", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(&rolesets, "rs", "RoleSet rs gone", TIMEOUT, |rs| {
+        rs.is_none()
+    })
+    .await
+    .unwrap();
+    assert!(
+        pods.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "every pod was deleted before the finalizer went"
+    );
+}

@@ -1,0 +1,261 @@
+//! Pure rendering of children: template hashes, upstream's `Shorten` naming rule, and pods
+//! of stateless roles (AIBRIX-REFERENCE §2.3.8, §4.3, §4.4; SPEC §1).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, Pod, PodTemplateSpec};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use crate::api::keys::{
+    ANNOTATION_ROLESET_INDEX, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    LABEL_STORM_SERVICE_NAME,
+};
+use crate::api::{RoleSet, RoleSpec};
+
+/// Kubernetes' "safe" alphabet for generated strings (no vowels, no look-alikes).
+const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Hash of a role's pod template: FNV-1a (32 bit) over its canonical JSON (keys sorted,
+/// no whitespace), in the safe alphabet. Changing this input or encoding is a breaking
+/// change (golden-hash tests pin it).
+pub fn template_hash(template: &PodTemplateSpec) -> String {
+    let value = serde_json::to_value(template).expect("a PodTemplateSpec serializes");
+    let mut canonical = String::new();
+    write_canonical(&value, &mut canonical);
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in canonical.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash.to_string()
+        .bytes()
+        .map(|digit| SAFE_ALPHABET[usize::from(digit) % SAFE_ALPHABET.len()] as char)
+        .collect()
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            out.push('{');
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Upstream's `Shorten`: names of at least `limit` characters keep their first character
+/// and their last `limit - 1` (so the distinguishing suffix survives).
+pub fn shorten(name: &str, limit: usize) -> String {
+    if name.len() < limit {
+        return name.to_string();
+    }
+    let first = &name[..1];
+    let tail = &name[name.len() - (limit - 1)..];
+    format!("{first}{tail}")
+}
+
+/// Built-in env vars injected first into every main container, in this order.
+pub const BUILTIN_ENV: [&str; 5] = [
+    "STORM_SERVICE_NAME",
+    "ROLESET_NAME",
+    "ROLESET_INDEX",
+    "ROLE_NAME",
+    "ROLE_TEMPLATE_HASH",
+];
+
+/// A new pod of a stateless role (the API server completes the name from `generateName`).
+pub fn stateless_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str) -> Pod {
+    let template = role.template.clone().unwrap_or_default();
+    let rs_name = roleset.name_any();
+    let rs_labels = roleset.labels();
+    let service = rs_labels
+        .get(LABEL_STORM_SERVICE_NAME)
+        .cloned()
+        .unwrap_or_default();
+    let roleset_index = roleset
+        .annotations()
+        .get(ANNOTATION_ROLESET_INDEX)
+        .cloned()
+        .unwrap_or_default();
+
+    let template_meta = template.metadata.unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = template_meta.labels.unwrap_or_default();
+    labels.insert(LABEL_ROLESET_NAME.into(), rs_name.clone());
+    labels.insert(LABEL_ROLE_NAME.into(), role.name.clone());
+    labels.insert(LABEL_ROLE_TEMPLATE_HASH.into(), hash.into());
+    labels.insert(LABEL_STORM_SERVICE_NAME.into(), service.clone());
+    for passed_through in ["name", "previous-owner"] {
+        if let Some(value) = rs_labels.get(passed_through) {
+            labels.insert(passed_through.into(), value.clone());
+        }
+    }
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    annotations.insert(ANNOTATION_ROLESET_INDEX.into(), roleset_index.clone());
+
+    let mut spec = template.spec.unwrap_or_default();
+    if !service.is_empty() {
+        spec.subdomain = Some(service.clone());
+    }
+    let builtin = [
+        service.as_str(),
+        rs_name.as_str(),
+        roleset_index.as_str(),
+        role.name.as_str(),
+        hash,
+    ];
+    for container in &mut spec.containers {
+        let mut env: Vec<EnvVar> = BUILTIN_ENV
+            .iter()
+            .zip(builtin)
+            .map(|(name, value)| EnvVar {
+                name: (*name).into(),
+                value: Some(value.into()),
+                ..EnvVar::default()
+            })
+            .collect();
+        env.extend(
+            container
+                .env
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| !BUILTIN_ENV.contains(&e.name.as_str())),
+        );
+        container.env = Some(env);
+    }
+
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(shorten(&format!("{rs_name}-{}-", role.name), 58)),
+            namespace: roleset.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            finalizers: template_meta.finalizers,
+            owner_references: roleset.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(image: &str) -> PodTemplateSpec {
+        serde_json::from_value(json!({
+            "metadata": {"labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "image": image, "env": [{"name": "ROLE_NAME", "value": "user"}, {"name": "A", "value": "1"}]}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn golden_template_hashes() {
+        // Pinned: a change here rolls every pod of every cluster (a breaking change).
+        assert_eq!(
+            template_hash(&template("i:1")),
+            template_hash(&template("i:1"))
+        );
+        assert_ne!(
+            template_hash(&template("i:1")),
+            template_hash(&template("i:2"))
+        );
+        assert_eq!(template_hash(&PodTemplateSpec::default()), "5859f96865");
+        assert_eq!(template_hash(&template("i:1")), "7759dd7d6");
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys() {
+        let mut out = String::new();
+        write_canonical(
+            &json!({"b": [1, {"d": "x", "c": null}], "a": true}),
+            &mut out,
+        );
+        assert_eq!(out, r#"{"a":true,"b":[1,{"c":null,"d":"x"}]}"#);
+    }
+
+    #[test]
+    fn shorten_keeps_the_first_character_and_the_tail() {
+        assert_eq!(shorten("short-", 58), "short-");
+        let long = format!("a{}-prefill-", "x".repeat(60));
+        let short = shorten(&long, 58);
+        assert_eq!(short.len(), 58);
+        assert!(short.starts_with('a') && short.ends_with("-prefill-"));
+    }
+
+    #[test]
+    fn stateless_pods_carry_labels_env_and_owner() {
+        let mut roleset: RoleSet = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "u-1",
+                         "labels": {"storm-service-name": "svc"},
+                         "annotations": {"stormservice.orchestration.aibrix.ai/roleset-index": "2"}},
+            "spec": {"roles": []}
+        }))
+        .unwrap();
+        roleset.metadata.uid = Some("u-1".into());
+        let role: RoleSpec = serde_json::from_value(json!({"name": "prefill"})).unwrap();
+        let role = RoleSpec {
+            template: Some(template("i:1")),
+            ..role
+        };
+        let pod = stateless_pod(&roleset, &role, "hash1");
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("rs-prefill-"));
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels["roleset-name"], "rs");
+        assert_eq!(labels["role-name"], "prefill");
+        assert_eq!(labels["role-template-hash"], "hash1");
+        assert_eq!(labels["app"], "x");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.subdomain.as_deref(), Some("svc"));
+        let env: Vec<(String, String)> = spec.containers[0]
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("STORM_SERVICE_NAME", "svc"),
+                ("ROLESET_NAME", "rs"),
+                ("ROLESET_INDEX", "2"),
+                ("ROLE_NAME", "prefill"),
+                ("ROLE_TEMPLATE_HASH", "hash1"),
+                ("A", "1"),
+            ]
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+        );
+        let owner = &pod.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("RoleSet", Some(true))
+        );
+    }
+}

@@ -1,0 +1,368 @@
+//! The RoleSet controller: observes a RoleSet's pods, asks the planner
+//! (`crate::planner::roleset`) what to create and delete, carries it out, and writes status.
+//!
+//! Today: stateless roles (`podGroupSize` ≤ 1, `stateful` false) with the `Recreate` update
+//! type, under `Sequential`, `Parallel` and `Interleave` (rolled like `Parallel`) ordering.
+//! Roles needing stateful slots, PodSets or in-place updates are reported through the
+//! `ReplicaFailure` condition and left alone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use serde_json::json;
+
+use super::{Context, Error};
+use crate::api::keys::{
+    FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+};
+use crate::api::validation::validate_roleset;
+use crate::api::{
+    Condition, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec, RoleStatus,
+    RoleUpdateStrategyType,
+};
+use crate::controller::render::{stateless_pod, template_hash};
+use crate::planner::budget::{Budget, resolve_fenceposts};
+use crate::planner::roleset::{PodView, RoleInput, plan, upgrade_sequence};
+
+/// Reconciles one RoleSet.
+pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = roleset.namespace().unwrap_or_default();
+    let api: Api<RoleSet> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER_ROLESET, roleset, |event| async {
+        match event {
+            Finalizer::Apply(rs) => apply(&rs, &ctx).await,
+            Finalizer::Cleanup(rs) => cleanup(&rs, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// The RoleSet's own pods: namespaced, labelled, and controlled by this RoleSet's UID.
+async fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Result<Vec<Pod>, Error> {
+    let pods: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    let selector = format!("{LABEL_ROLESET_NAME}={}", roleset.name_any());
+    let uid = roleset.uid().unwrap_or_default();
+    Ok(pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect())
+}
+
+/// Ordered deletion: every pod first; the finalizer goes once none is left.
+async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
+    let pods = owned_pods(roleset, ctx).await?;
+    if pods.is_empty() {
+        ctx.forget(roleset);
+        return Ok(Action::await_change());
+    }
+    let api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    for pod in pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        delete_pod(&api, &pod.name_any(), ctx).await?;
+    }
+    // Pod deletions are watched; the requeue is a backstop.
+    Err(Error::Waiting(format!(
+        "{} pods still terminating",
+        pods.len()
+    )))
+}
+
+async fn delete_pod(api: &Api<Pod>, name: &str, ctx: &Context) -> Result<(), Error> {
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            ctx.metrics.api_write("roleset", "delete", "pods");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn pod_view(pod: &Pod) -> PodView {
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref());
+    PodView {
+        name: pod.name_any(),
+        hash: pod
+            .labels()
+            .get(LABEL_ROLE_TEMPLATE_HASH)
+            .cloned()
+            .unwrap_or_default(),
+        running: !matches!(phase, Some("Succeeded" | "Failed")),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        ready: status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+    }
+}
+
+/// Why a role cannot be handled yet (None: it can).
+fn unsupported(role: &RoleSpec) -> Option<&'static str> {
+    if role.pod_group_size_or_default() > 1 {
+        Some("multi-node roles (podGroupSize > 1) are not reconciled yet")
+    } else if role.stateful == Some(true) {
+        Some("stateful roles are not reconciled yet")
+    } else if role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible {
+        Some("InPlaceIfPossible is not supported yet")
+    } else {
+        None
+    }
+}
+
+async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
+    let report = validate_roleset(roleset, None);
+    if !report.is_valid() {
+        write_status(
+            roleset,
+            ctx,
+            &[],
+            vec![format!("invalid spec: {}", report.error_message())],
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    let pods = owned_pods(roleset, ctx).await?;
+    let key = Context::key(roleset);
+    let roles = roleset.spec.roles.clone().unwrap_or_default();
+    let mut problems = Vec::new();
+    let mut inputs = Vec::new();
+    let mut handled = Vec::new();
+    for role in &roles {
+        if let Some(reason) = unsupported(role) {
+            problems.push(format!("role {}: {reason}", role.name));
+            continue;
+        }
+        let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+        let strategy = role.update_strategy.as_ref();
+        let budget = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
+            v.and_then(|v| Budget::parse(v).ok())
+        };
+        let budgets = resolve_fenceposts(
+            budget(strategy.and_then(|s| s.max_surge.as_ref())),
+            budget(strategy.and_then(|s| s.max_unavailable.as_ref())),
+            desired,
+        );
+        let role_pods: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| p.labels().get(LABEL_ROLE_NAME) == Some(&role.name))
+            .collect();
+        let expectation = ctx.observe(&key, &role.name, &role_pods);
+        inputs.push(RoleInput {
+            name: role.name.clone(),
+            desired,
+            budgets,
+            target_hash: template_hash(&role.template.clone().unwrap_or_default()),
+            pods: role_pods.iter().map(|p| pod_view(p)).collect(),
+            pending_creates: expectation.pending_creates(),
+            pending_deletes: expectation.deletes.clone(),
+        });
+        handled.push(role);
+    }
+
+    let strategy = roleset.spec.update_strategy.unwrap_or_default();
+    let sequence = upgrade_sequence(
+        &handled
+            .iter()
+            .map(|r| r.upgrade_order_or_default())
+            .collect::<Vec<_>>(),
+    );
+    if strategy == RoleSetUpdateStrategy::Sequential && ctx.first_pass_of_generation(roleset) {
+        let order: Vec<String> = sequence
+            .iter()
+            .map(|&i| {
+                format!(
+                    "{}({})",
+                    handled[i].name,
+                    handled[i].upgrade_order_or_default()
+                )
+            })
+            .collect();
+        tracing::info!(namespace = %roleset.namespace().unwrap_or_default(), roleset = %roleset.name_any(),
+            sequence = %order.join(" -> "), "sequential upgrade order");
+    }
+    let actions = plan(strategy, &inputs, &sequence);
+
+    let pods_api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    for ((role, input), action) in handled.iter().zip(&inputs).zip(&actions) {
+        for name in &action.delete {
+            ctx.expect_delete(&key, &role.name, name);
+            delete_pod(&pods_api, name, ctx).await?;
+        }
+        for _ in 0..action.create {
+            let pod = stateless_pod(roleset, role, &input.target_hash);
+            let created = pods_api.create(&PostParams::default(), &pod).await?;
+            ctx.metrics.api_write("roleset", "create", "pods");
+            ctx.expect_create(&key, &role.name, &created.name_any());
+        }
+        if !action.is_empty() {
+            tracing::info!(roleset = %roleset.name_any(), role = %role.name, created = action.create,
+                deleted = action.delete.len(), "pods");
+        }
+    }
+
+    let statuses: Vec<RoleStatus> = handled
+        .iter()
+        .zip(&inputs)
+        .map(|(role, input)| role_status(role, input))
+        .collect();
+    write_status(roleset, ctx, &statuses, problems).await?;
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+fn role_status(role: &RoleSpec, input: &RoleInput) -> RoleStatus {
+    let active: Vec<&PodView> = input
+        .pods
+        .iter()
+        .filter(|p| p.running && !p.terminating)
+        .collect();
+    let count = |f: &dyn Fn(&PodView) -> bool| active.iter().filter(|p| f(p)).count() as i32;
+    let replicas = active.len() as i32;
+    let ready = count(&|p| p.ready);
+    RoleStatus {
+        name: role.name.clone(),
+        replicas,
+        ready_replicas: ready,
+        not_ready_replicas: replicas - ready,
+        updated_replicas: count(&|p| p.hash == input.target_hash),
+        updated_ready_replicas: count(&|p| p.hash == input.target_hash && p.ready),
+    }
+}
+
+/// Writes status as a JSON merge patch guarded by the `resourceVersion` of a fresh read
+/// (SPEC §5.1), only when it changed; conditions keep `lastTransitionTime` unless their
+/// status changes.
+async fn write_status(
+    roleset: &RoleSet,
+    ctx: &Context,
+    roles: &[RoleStatus],
+    problems: Vec<String>,
+) -> Result<(), Error> {
+    let api: Api<RoleSet> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    let fresh = api.get_status(&roleset.name_any()).await?;
+    let old = fresh.status.clone().unwrap_or_default();
+    let generation = roleset.metadata.generation;
+    let desired = |name: &str| {
+        roleset
+            .spec
+            .roles
+            .iter()
+            .flatten()
+            .find(|r| r.name == name)
+            .map_or(0, RoleSpec::replicas_or_default)
+    };
+    let not_ready: Vec<&str> = roles
+        .iter()
+        .filter(|r| {
+            r.ready_replicas < desired(&r.name) || r.updated_ready_replicas < desired(&r.name)
+        })
+        .map(|r| r.name.as_str())
+        .collect();
+    let ready = if not_ready.is_empty() && problems.is_empty() {
+        condition(
+            "Ready",
+            "True",
+            "RoleSetReady",
+            "every role is updated and ready".into(),
+            generation,
+        )
+    } else if problems.is_empty() {
+        condition(
+            "Ready",
+            "False",
+            "RolesNotReady",
+            format!("roles not ready: {}", not_ready.join(", ")),
+            generation,
+        )
+    } else {
+        condition(
+            "Ready",
+            "False",
+            "ReplicaFailure",
+            problems.join("; "),
+            generation,
+        )
+    };
+    let mut conditions = vec![ready];
+    if !problems.is_empty() {
+        conditions.push(condition(
+            "ReplicaFailure",
+            "True",
+            "ReconcileError",
+            problems.join("; "),
+            generation,
+        ));
+    }
+    for c in &mut conditions {
+        if let Some(previous) = old
+            .conditions
+            .iter()
+            .flatten()
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+        {
+            c.last_transition_time = previous.last_transition_time.clone();
+        }
+    }
+    let status = RoleSetStatus {
+        observed_generation: generation,
+        roles: Some(roles.to_vec()),
+        conditions: Some(conditions),
+    };
+    if fresh.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": fresh.resource_version()},
+        "status": status,
+    });
+    api.patch_status(
+        &roleset.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.metrics.api_write("roleset", "patch", "rolesets/status");
+    Ok(())
+}
+
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        reason: Some(reason.into()),
+        message: Some(message),
+        observed_generation: generation,
+        ..Condition::default()
+    }
+}
