@@ -3,8 +3,8 @@
 # plane, on free loopback ports, registering its webhooks as `squall`.
 #
 # Usage: e2e/operator.sh start|stop
-#   start  start it (PID in $SQUALL_CLUSTER_DIR/squall.pid, log in logs/squall.log), wait for
-#          /readyz, print `export SQUALL_ADMIN_ADDR=...`
+#   start  start it (PID in $SQUALL_CLUSTER_DIR/squall.pid, log in logs/squall.log, admin
+#          address in operator.env), wait for /readyz, print `export SQUALL_ADMIN_ADDR=...`
 #   stop   SIGTERM it by PID and remove its webhook configurations
 set -euo pipefail
 
@@ -45,6 +45,7 @@ print(*(x.getsockname()[1] for x in s))')
     fi
     sleep 0.2
   done
+  echo "SQUALL_ADMIN_ADDR=127.0.0.1:$ADMIN_PORT" >"$W/operator.env"
   echo "operator: ready (webhooks https://127.0.0.1:$WEBHOOK_PORT, admin http://127.0.0.1:$ADMIN_PORT)" >&2
   echo "export SQUALL_ADMIN_ADDR=127.0.0.1:$ADMIN_PORT"
 }
@@ -57,7 +58,7 @@ stop() {
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
     echo "operator: stopped" >&2
   fi
-  rm -f "$W/squall.pid"
+  rm -f "$W/squall.pid" "$W/operator.env"
   kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration squall --ignore-not-found >/dev/null 2>&1 || true
 }
 

@@ -24,6 +24,27 @@ pub fn squall_bin() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target/debug/squall"))
 }
 
+/// The admin address of the shared operator started by `e2e/operator.sh`.
+pub fn shared_operator_admin() -> SocketAddr {
+    let env = std::fs::read_to_string(cluster_dir().join("operator.env"))
+        .expect("the shared operator is running (e2e/operator.sh start)");
+    env.lines()
+        .find_map(|l| l.strip_prefix("SQUALL_ADMIN_ADDR="))
+        .and_then(|a| a.trim().parse().ok())
+        .expect("operator.env names SQUALL_ADMIN_ADDR")
+}
+
+/// The sum of a counter family in the operator's `/metrics`, over the series whose labels
+/// contain every `label="value"` pair in `labels`.
+pub fn counter_sum(admin: SocketAddr, name: &str, labels: &[&str]) -> f64 {
+    let (status, body) = http_get(admin, "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "/metrics: {body}");
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|kv| l.contains(kv)))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
 /// A running `squall run --local`.
 pub struct Operator {
     child: Child,

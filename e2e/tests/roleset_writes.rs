@@ -1,0 +1,99 @@
+//! API writes the RoleSet controller makes to create and to roll a three-role RoleSet, read
+//! from `squall_api_writes_total` of the shared operator (alone in its test binary, so no
+//! other test's writes are counted).
+
+use std::time::Duration;
+
+use e2e::operator::{counter_sum, shared_operator_admin};
+use e2e::{TestNamespace, client, install_crds, wait_for};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use squall::api::RoleSet;
+
+fn writes() -> f64 {
+    counter_sum(
+        shared_operator_admin(),
+        "squall_api_writes_total",
+        &[r#"controller="roleset""#],
+    )
+}
+
+fn ready_at(rs: Option<&RoleSet>, generation: i64) -> bool {
+    rs.and_then(|rs| rs.status.as_ref()).is_some_and(|s| {
+        s.observed_generation == Some(generation)
+            && s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "writes").await;
+    let api: Api<RoleSet> = Api::namespaced(client, ns.name());
+    let role = |name: &str| json!({"name": name, "replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "engine:1"}]}}});
+    let roleset: RoleSet = serde_json::from_value(json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+        "metadata": {"name": "rs"}, "spec": {"roles": [role("router"), role("prefill"), role("decode")]}
+    }))
+    .unwrap();
+
+    let before = writes();
+    api.create(&PostParams::default(), &roleset).await.unwrap();
+    wait_for(
+        &api,
+        "rs",
+        "RoleSet Ready",
+        Duration::from_secs(120),
+        |rs| ready_at(rs, 1),
+    )
+    .await
+    .unwrap();
+    let create_writes = writes() - before;
+
+    let patch: Vec<_> = (0..3)
+        .map(|i| json!({"op": "replace", "path": format!("/spec/roles/{i}/template/spec/containers/0/image"), "value": "engine:2"}))
+        .collect();
+    api.patch(
+        "rs",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!(patch)).unwrap()),
+    )
+    .await
+    .unwrap();
+    let before_roll = writes();
+    wait_for(
+        &api,
+        "rs",
+        "RoleSet Ready after the rollout",
+        Duration::from_secs(120),
+        |rs| ready_at(rs, 2),
+    )
+    .await
+    .unwrap();
+    let roll_writes = writes() - before_roll;
+    println!("roleset writes: create {create_writes}, roll {roll_writes} (3 roles x 2 pods)");
+
+    // 6 pod creates plus status patches, at most one per observed pod transition.
+    assert!(
+        create_writes >= 6.0,
+        "at least the 6 pod creates: {create_writes}"
+    );
+    assert!(
+        create_writes <= 6.0 + 14.0,
+        "create took {create_writes} writes"
+    );
+    // 6 deletes + 6 creates plus status patches.
+    assert!(
+        roll_writes >= 12.0,
+        "at least 6 deletes and 6 creates: {roll_writes}"
+    );
+    assert!(
+        roll_writes <= 12.0 + 30.0,
+        "rollout took {roll_writes} writes"
+    );
+}
