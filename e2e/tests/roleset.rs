@@ -273,3 +273,105 @@ async fn deleting_a_roleset_removes_its_pods_and_its_finalizer() {
         "every pod was deleted before the finalizer went"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn stateful_roles_keep_one_pod_per_slot_through_an_upgrade() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "stateful").await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client, ns.name());
+    let recorder = Recorder::start(pods.clone()).await;
+    let mut rs = roleset("rs", &[("decode", 3, None)], "engine:1");
+    rs.spec.roles.as_mut().unwrap()[0].stateful = Some(true);
+    rolesets.create(&PostParams::default(), &rs).await.unwrap();
+    wait_for(&rolesets, "rs", "RoleSet rs Ready", TIMEOUT, |rs| {
+        settled(rs, 1)
+    })
+    .await
+    .unwrap();
+
+    let slots = |pods: &[Pod]| -> Vec<String> {
+        let mut slots: Vec<String> = pods
+            .iter()
+            .map(|p| p.labels()["stormservice.orchestration.aibrix.ai/role-replica-index"].clone())
+            .collect();
+        slots.sort();
+        slots
+    };
+    let before = pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(slots(&before), ["0", "1", "2"]);
+    for pod in &before {
+        let index = &pod.labels()["stormservice.orchestration.aibrix.ai/role-replica-index"];
+        assert_eq!(
+            pod.name_any(),
+            format!("rs-decode-{}-{index}", hash_of(pod)),
+            "deterministic name"
+        );
+        assert_eq!(
+            pod.spec.as_ref().unwrap().hostname.as_deref(),
+            Some(pod.name_any().as_str())
+        );
+    }
+    let start = recorder.events().len();
+
+    rolesets
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"}
+            ])).unwrap()),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &rolesets,
+        "rs",
+        "RoleSet rs Ready after the image change",
+        TIMEOUT,
+        |rs| settled(rs, 2),
+    )
+    .await
+    .unwrap();
+    let after = pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(slots(&after), ["0", "1", "2"]);
+    assert!(
+        after.iter().all(|p| hash_of(p) != hash_of(&before[0])),
+        "every slot moved to the new template"
+    );
+
+    // At every observed state: never two live pods in one slot (maxSurge 0), at most one
+    // slot without a Ready pod (maxUnavailable 1).
+    let mut state: BTreeMap<String, Pod> = BTreeMap::new();
+    for (i, event) in recorder.events().iter().enumerate() {
+        match event {
+            Observed::Applied(p) => state.insert(p.name_any(), p.clone()),
+            Observed::Deleted(p) => state.remove(&p.name_any()),
+        };
+        if i < start {
+            continue;
+        }
+        let mut per_slot: BTreeMap<String, (usize, bool)> = BTreeMap::new();
+        for pod in state.values() {
+            let slot =
+                pod.labels()["stormservice.orchestration.aibrix.ai/role-replica-index"].clone();
+            let entry = per_slot.entry(slot).or_default();
+            entry.0 += 1;
+            entry.1 |= pod.metadata.deletion_timestamp.is_none() && is_ready(pod);
+        }
+        assert!(
+            state.len() <= 3,
+            "event {i}: {} pods for 3 slots with maxSurge 0",
+            state.len()
+        );
+        let unready = (0..3)
+            .filter(|s| !per_slot.get(&s.to_string()).is_some_and(|e| e.1))
+            .count();
+        assert!(
+            unready <= 1,
+            "event {i}: {unready} slots without a Ready pod"
+        );
+    }
+}

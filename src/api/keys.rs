@@ -13,6 +13,9 @@ pub const LABEL_ROLESET_NAME: &str = "roleset-name";
 pub const LABEL_ROLE_NAME: &str = "role-name";
 /// Hash of the role's pod template, on pods and PodSets.
 pub const LABEL_ROLE_TEMPLATE_HASH: &str = "role-template-hash";
+/// Slot of a stateful role's pod (label and annotation).
+pub const LABEL_ROLE_REPLICA_INDEX: &str =
+    "stormservice.orchestration.aibrix.ai/role-replica-index";
 /// Replica slot of a RoleSet within its StormService (source of `ROLESET_INDEX`).
 pub const ANNOTATION_ROLESET_INDEX: &str = "stormservice.orchestration.aibrix.ai/roleset-index";
 

@@ -5,7 +5,7 @@
 pub mod render;
 pub mod roleset;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,8 +40,8 @@ pub enum Error {
 /// Creates and deletes issued for one role of one owner and not yet observed.
 #[derive(Clone, Debug, Default)]
 pub struct Expectation {
-    /// Names of created pods not yet seen.
-    pub creates: BTreeSet<String>,
+    /// Names of created pods not yet seen, with their slot (stateful roles).
+    pub creates: BTreeMap<String, Option<u32>>,
     /// Names of pods whose deletion was issued and which are still seen without a
     /// `deletionTimestamp`.
     pub deletes: BTreeSet<String>,
@@ -52,6 +52,11 @@ impl Expectation {
     /// Creates issued and not yet observed.
     pub fn pending_creates(&self) -> u32 {
         self.creates.len() as u32
+    }
+
+    /// Slots of stateful creates issued and not yet observed.
+    pub fn pending_slots(&self) -> BTreeSet<u32> {
+        self.creates.values().flatten().copied().collect()
     }
 }
 
@@ -92,7 +97,7 @@ impl Context {
             .iter()
             .map(|p| (p.name_any(), p.metadata.deletion_timestamp.is_some()))
             .collect();
-        entry.creates.retain(|name| !seen.contains_key(name));
+        entry.creates.retain(|name, _| !seen.contains_key(name));
         entry.deletes.retain(|name| seen.get(name) == Some(&false));
         if entry.creates.is_empty() && entry.deletes.is_empty() {
             entry.since = None;
@@ -119,10 +124,10 @@ impl Context {
         entry.since.get_or_insert_with(Instant::now);
     }
 
-    /// Records a create.
-    pub fn expect_create(&self, owner: &str, role: &str, name: &str) {
+    /// Records a create (of a pod for `slot`, for stateful roles).
+    pub fn expect_create(&self, owner: &str, role: &str, name: &str, slot: Option<u32>) {
         self.touch(owner, role, |e| {
-            e.creates.insert(name.to_string());
+            e.creates.insert(name.to_string(), slot);
         });
     }
 

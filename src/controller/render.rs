@@ -9,8 +9,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::keys::{
-    ANNOTATION_ROLESET_INDEX, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
-    LABEL_STORM_SERVICE_NAME,
+    ANNOTATION_ROLESET_INDEX, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
+    LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{RoleSet, RoleSpec};
 
@@ -76,6 +76,9 @@ pub fn shorten(name: &str, limit: usize) -> String {
     format!("{first}{tail}")
 }
 
+/// The slot env var of stateful pods, injected after [`BUILTIN_ENV`].
+pub const ENV_ROLE_REPLICA_INDEX: &str = "ROLE_REPLICA_INDEX";
+
 /// Built-in env vars injected first into every main container, in this order.
 pub const BUILTIN_ENV: [&str; 5] = [
     "STORM_SERVICE_NAME",
@@ -87,6 +90,17 @@ pub const BUILTIN_ENV: [&str; 5] = [
 
 /// A new pod of a stateless role (the API server completes the name from `generateName`).
 pub fn stateless_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str) -> Pod {
+    render_pod(roleset, role, hash, None)
+}
+
+/// A new pod of a stateful role for `slot`: a deterministic name embedding the hash (so a
+/// surge pod for the same slot does not clash), `hostname` = name, the slot as label,
+/// annotation and `ROLE_REPLICA_INDEX`.
+pub fn stateful_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32) -> Pod {
+    render_pod(roleset, role, hash, Some(slot))
+}
+
+fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>) -> Pod {
     let template = role.template.clone().unwrap_or_default();
     let rs_name = roleset.name_any();
     let rs_labels = roleset.labels();
@@ -113,25 +127,40 @@ pub fn stateless_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str) -> Pod {
     }
     let mut annotations = template_meta.annotations.unwrap_or_default();
     annotations.insert(ANNOTATION_ROLESET_INDEX.into(), roleset_index.clone());
+    let slot_text = slot.map(|s| s.to_string());
+    if let Some(index) = &slot_text {
+        labels.insert(LABEL_ROLE_REPLICA_INDEX.into(), index.clone());
+        annotations.insert(LABEL_ROLE_REPLICA_INDEX.into(), index.clone());
+    }
+    let name = slot.map(|s| shorten(&format!("{rs_name}-{}-{hash}-{s}", role.name), 63));
 
     let mut spec = template.spec.unwrap_or_default();
     if !service.is_empty() {
         spec.subdomain = Some(service.clone());
     }
-    let builtin = [
-        service.as_str(),
-        rs_name.as_str(),
-        roleset_index.as_str(),
-        role.name.as_str(),
-        hash,
-    ];
+    if let Some(name) = &name {
+        spec.hostname = Some(name.clone());
+    }
+    let mut builtin: Vec<(&str, &str)> = BUILTIN_ENV
+        .iter()
+        .copied()
+        .zip([
+            service.as_str(),
+            rs_name.as_str(),
+            roleset_index.as_str(),
+            role.name.as_str(),
+            hash,
+        ])
+        .collect();
+    if let Some(index) = &slot_text {
+        builtin.push((ENV_ROLE_REPLICA_INDEX, index));
+    }
     for container in &mut spec.containers {
-        let mut env: Vec<EnvVar> = BUILTIN_ENV
+        let mut env: Vec<EnvVar> = builtin
             .iter()
-            .zip(builtin)
             .map(|(name, value)| EnvVar {
                 name: (*name).into(),
-                value: Some(value.into()),
+                value: Some((*value).into()),
                 ..EnvVar::default()
             })
             .collect();
@@ -141,14 +170,17 @@ pub fn stateless_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str) -> Pod {
                 .take()
                 .unwrap_or_default()
                 .into_iter()
-                .filter(|e| !BUILTIN_ENV.contains(&e.name.as_str())),
+                .filter(|e| !builtin.iter().any(|(name, _)| *name == e.name)),
         );
         container.env = Some(env);
     }
 
     Pod {
         metadata: ObjectMeta {
-            generate_name: Some(shorten(&format!("{rs_name}-{}-", role.name), 58)),
+            generate_name: name
+                .is_none()
+                .then(|| shorten(&format!("{rs_name}-{}-", role.name), 58)),
+            name,
             namespace: roleset.namespace(),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -197,6 +229,31 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, r#"{"a":true,"b":[1,{"c":null,"d":"x"}]}"#);
+    }
+
+    #[test]
+    fn stateful_pods_are_named_by_slot_and_hash() {
+        let roleset: RoleSet = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "u-1"}, "spec": {"roles": []}
+        }))
+        .unwrap();
+        let role = RoleSpec {
+            name: "decode".into(),
+            template: Some(template("i:1")),
+            ..RoleSpec::default()
+        };
+        let pod = stateful_pod(&roleset, &role, "h1", 3);
+        assert_eq!(pod.metadata.name.as_deref(), Some("rs-decode-h1-3"));
+        assert_eq!(pod.metadata.generate_name, None);
+        assert_eq!(pod.metadata.labels.unwrap()[LABEL_ROLE_REPLICA_INDEX], "3");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("rs-decode-h1-3"));
+        let env = spec.containers[0].env.clone().unwrap();
+        assert_eq!(
+            (env[5].name.as_str(), env[5].value.as_deref()),
+            ("ROLE_REPLICA_INDEX", Some("3"))
+        );
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! The RoleSet controller: observes a RoleSet's pods, asks the planner
 //! (`crate::planner::roleset`) what to create and delete, carries it out, and writes status.
 //!
-//! Today: stateless roles (`podGroupSize` ≤ 1, `stateful` false) with the `Recreate` update
-//! type, under `Sequential`, `Parallel` and `Interleave` (rolled like `Parallel`) ordering.
-//! Roles needing stateful slots, PodSets or in-place updates are reported through the
-//! `ReplicaFailure` condition and left alone.
+//! Today: plain-pod roles (`podGroupSize` ≤ 1), stateless or stateful (one pod per slot),
+//! with the `Recreate` update type, under `Sequential`, `Parallel` and `Interleave` (rolled
+//! like `Parallel`) ordering. Roles needing PodSets or in-place updates are reported through
+//! the `ReplicaFailure` condition and left alone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,14 +19,15 @@ use serde_json::json;
 
 use super::{Context, Error};
 use crate::api::keys::{
-    FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
+    LABEL_ROLESET_NAME,
 };
 use crate::api::validation::validate_roleset;
 use crate::api::{
     Condition, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec, RoleStatus,
     RoleUpdateStrategyType,
 };
-use crate::controller::render::{stateless_pod, template_hash};
+use crate::controller::render::{stateful_pod, stateless_pod, template_hash};
 use crate::planner::budget::{Budget, resolve_fenceposts};
 use crate::planner::roleset::{PodView, RoleInput, plan, upgrade_sequence};
 
@@ -116,6 +117,10 @@ fn pod_view(pod: &Pod) -> PodView {
             .creation_timestamp
             .as_ref()
             .map_or(0, |t| t.0.as_second()),
+        slot: pod
+            .labels()
+            .get(LABEL_ROLE_REPLICA_INDEX)
+            .and_then(|i| i.parse().ok()),
     }
 }
 
@@ -123,8 +128,6 @@ fn pod_view(pod: &Pod) -> PodView {
 fn unsupported(role: &RoleSpec) -> Option<&'static str> {
     if role.pod_group_size_or_default() > 1 {
         Some("multi-node roles (podGroupSize > 1) are not reconciled yet")
-    } else if role.stateful == Some(true) {
-        Some("stateful roles are not reconciled yet")
     } else if role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible {
         Some("InPlaceIfPossible is not supported yet")
     } else {
@@ -176,7 +179,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             budgets,
             target_hash: template_hash(&role.template.clone().unwrap_or_default()),
             pods: role_pods.iter().map(|p| pod_view(p)).collect(),
+            stateful: role.stateful == Some(true),
             pending_creates: expectation.pending_creates(),
+            pending_slots: expectation.pending_slots(),
             pending_deletes: expectation.deletes.clone(),
         });
         handled.push(role);
@@ -212,14 +217,28 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             ctx.expect_delete(&key, &role.name, name);
             delete_pod(&pods_api, name, ctx).await?;
         }
-        for _ in 0..action.create {
-            let pod = stateless_pod(roleset, role, &input.target_hash);
-            let created = pods_api.create(&PostParams::default(), &pod).await?;
+        let creates = (0..action.create)
+            .map(|_| (None, stateless_pod(roleset, role, &input.target_hash)))
+            .chain(action.create_slots.iter().map(|&slot| {
+                (
+                    Some(slot),
+                    stateful_pod(roleset, role, &input.target_hash, slot),
+                )
+            }));
+        for (slot, pod) in creates {
+            let name = match pods_api.create(&PostParams::default(), &pod).await {
+                Ok(created) => created.name_any(),
+                // A stateful pod's name is deterministic: already there means already created.
+                Err(kube::Error::Api(status)) if status.code == 409 && slot.is_some() => {
+                    pod.name_any()
+                }
+                Err(e) => return Err(e.into()),
+            };
             ctx.metrics.api_write("roleset", "create", "pods");
-            ctx.expect_create(&key, &role.name, &created.name_any());
+            ctx.expect_create(&key, &role.name, &name, slot);
         }
         if !action.is_empty() {
-            tracing::info!(roleset = %roleset.name_any(), role = %role.name, created = action.create,
+            tracing::info!(roleset = %roleset.name_any(), role = %role.name, created = action.creates(),
                 deleted = action.delete.len(), "pods");
         }
     }

@@ -1,7 +1,8 @@
 //! Role-level decisions of the RoleSet controller (AIBRIX-REFERENCE §2.3.2–§2.3.4, SPEC §3.4,
 //! §5.1): given each role's spec, its observed pods and the controller's pending
-//! expectations, which pods to create and which to delete — for stateless roles updated by
-//! `Recreate`, under `Sequential` or `Parallel` role ordering.
+//! expectations, which pods to create and which to delete — for stateless roles and for
+//! stateful roles (one pod per slot `0..replicas`) updated by `Recreate`, under `Sequential`
+//! or `Parallel` role ordering.
 //!
 //! Pure: the controller observes, calls [`plan`], and carries the actions out.
 
@@ -26,6 +27,8 @@ pub struct PodView {
     pub ready: bool,
     /// Creation time (Unix seconds), to delete newer pods first.
     pub created: i64,
+    /// Slot (`role-replica-index`) of a stateful role's pod; None when absent or unparsable.
+    pub slot: Option<u32>,
 }
 
 /// What the planner knows about one role.
@@ -41,8 +44,13 @@ pub struct RoleInput {
     pub target_hash: String,
     /// Pods the watch cache shows.
     pub pods: Vec<PodView>,
-    /// Creates issued but not yet observed (they become pods on the target template).
+    /// Stateful role: pods live in slots `0..desired`, one each (two during a surge).
+    pub stateful: bool,
+    /// Stateless role: creates issued but not yet observed (they become pods on the target
+    /// template).
     pub pending_creates: u32,
+    /// Stateful role: slots of creates issued but not yet observed.
+    pub pending_slots: BTreeSet<u32>,
     /// Pods whose deletion was issued but is not yet observed.
     pub pending_deletes: BTreeSet<String>,
 }
@@ -50,8 +58,10 @@ pub struct RoleInput {
 /// What to do for one role.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoleAction {
-    /// New pods to create on the target template.
+    /// New pods to create on the target template (stateless roles).
     pub create: u32,
+    /// Slots to create a pod on the target template for (stateful roles).
+    pub create_slots: Vec<u32>,
     /// Pods to delete.
     pub delete: Vec<String>,
 }
@@ -59,7 +69,12 @@ pub struct RoleAction {
 impl RoleAction {
     /// True when nothing is to be done.
     pub fn is_empty(&self) -> bool {
-        self.create == 0 && self.delete.is_empty()
+        self.create == 0 && self.create_slots.is_empty() && self.delete.is_empty()
+    }
+
+    /// Pods this action creates.
+    pub fn creates(&self) -> u32 {
+        self.create + self.create_slots.len() as u32
     }
 }
 
@@ -92,9 +107,18 @@ impl RoleInput {
         counts
     }
 
+    /// Creates issued and not yet observed.
+    fn pending(&self) -> u32 {
+        if self.stateful {
+            self.pending_slots.len() as u32
+        } else {
+            self.pending_creates
+        }
+    }
+
     /// Active pods, counting creates not yet observed.
     fn active_total(&self, counts: &Counts<'_>) -> u32 {
-        counts.active.len() as u32 + self.pending_creates
+        counts.active.len() as u32 + self.pending()
     }
 
     fn ready(&self, counts: &Counts<'_>) -> u32 {
@@ -107,7 +131,7 @@ impl RoleInput {
             .iter()
             .filter(|p| p.hash == self.target_hash)
             .count() as u32
-            + self.pending_creates
+            + self.pending()
     }
 
     /// Room under `desired + maxSurge`, counting terminating pods (they still hold resources).
@@ -119,10 +143,13 @@ impl RoleInput {
     /// Scale: clean up finished pods, then move the number of active pods toward `desired`
     /// within the budgets.
     pub fn scale(&self) -> RoleAction {
+        if self.stateful {
+            return self.scale_slots();
+        }
         let counts = self.counts();
         let mut action = RoleAction {
             delete: counts.finished.iter().map(|p| p.name.clone()).collect(),
-            create: 0,
+            ..RoleAction::default()
         };
         let active = self.active_total(&counts);
         if active > self.desired {
@@ -154,6 +181,9 @@ impl RoleInput {
     /// once and Ready ones only while more than `desired - maxUnavailable` stay Ready, and
     /// creating within `desired + maxSurge`.
     pub fn rollout(&self) -> RoleAction {
+        if self.stateful {
+            return self.rollout_slots();
+        }
         let counts = self.counts();
         let ready = self.ready(&counts);
         let mut delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
@@ -181,10 +211,17 @@ impl RoleInput {
         action
     }
 
-    /// Every pod is on the target template, active and Ready, and nothing is pending.
+    /// Every pod is on the target template, active and Ready, and nothing is pending (and,
+    /// for stateful roles, every slot holds exactly one pod).
     pub fn all_ready(&self) -> bool {
         let counts = self.counts();
-        self.pending_creates == 0
+        let one_per_slot = !self.stateful || {
+            let slots: BTreeSet<Option<u32>> = counts.active.iter().map(|p| p.slot).collect();
+            slots.len() == counts.active.len()
+                && slots.iter().all(|s| s.is_some_and(|s| s < self.desired))
+        };
+        one_per_slot
+            && self.pending() == 0
             && counts.terminating == 0
             && counts.finished.is_empty()
             && counts.active.len() as u32 == self.desired
@@ -192,6 +229,95 @@ impl RoleInput {
                 .active
                 .iter()
                 .all(|p| p.ready && p.hash == self.target_hash)
+    }
+}
+
+impl RoleInput {
+    /// Active pods by slot; pods without a valid slot are returned separately.
+    fn slots<'a>(&self, counts: &Counts<'a>) -> (Vec<Vec<&'a PodView>>, Vec<&'a PodView>) {
+        let mut slots = vec![Vec::new(); self.desired as usize];
+        let mut invalid = Vec::new();
+        for pod in &counts.active {
+            match pod.slot.filter(|s| *s < self.desired) {
+                Some(slot) => slots[slot as usize].push(*pod),
+                None => invalid.push(*pod),
+            }
+        }
+        (slots, invalid)
+    }
+
+    /// Stateful scale (AIBRIX-REFERENCE §2.3.5): remove finished pods and pods outside the
+    /// slots, fill empty slots within `desired + maxSurge`, and settle slots holding two pods
+    /// (a finished surge keeps the updated Ready pod).
+    fn scale_slots(&self) -> RoleAction {
+        let counts = self.counts();
+        let (slots, invalid) = self.slots(&counts);
+        let mut action = RoleAction::default();
+        action.delete.extend(
+            counts
+                .finished
+                .iter()
+                .chain(&invalid)
+                .map(|p| p.name.clone()),
+        );
+        let mut room = self.create_room(&counts);
+        for (slot, pods) in slots.iter().enumerate() {
+            let slot = slot as u32;
+            if pods.is_empty() && !self.pending_slots.contains(&slot) && room > 0 {
+                room -= 1;
+                action.create_slots.push(slot);
+            }
+            if pods.len() < 2 {
+                continue;
+            }
+            let updated = |p: &&&PodView| p.hash == self.target_hash;
+            let keep_updated_ready = pods
+                .iter()
+                .filter(|p| updated(p) && p.ready)
+                .min_by_key(|p| p.name.clone());
+            for pod in pods {
+                let remove = match keep_updated_ready {
+                    Some(keep) => pod.name != keep.name,
+                    None => !pod.ready && !updated(&pod),
+                };
+                if remove {
+                    action.delete.push(pod.name.clone());
+                }
+            }
+        }
+        action
+    }
+
+    /// Stateful `Recreate` rollout: a slot whose only pod is outdated is replaced — deleted
+    /// when not Ready or within the unavailability budget (the slot is refilled by the next
+    /// scale), or else surged with a second pod for the same slot within `maxSurge`.
+    fn rollout_slots(&self) -> RoleAction {
+        let counts = self.counts();
+        let (slots, _) = self.slots(&counts);
+        let ready_slots = slots
+            .iter()
+            .filter(|pods| pods.iter().any(|p| p.ready))
+            .count() as u32;
+        let mut delete_budget =
+            (ready_slots + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut room = self.create_room(&counts);
+        let mut action = RoleAction::default();
+        for (slot, pods) in slots.iter().enumerate() {
+            let [pod] = pods.as_slice() else { continue };
+            if pod.hash == self.target_hash || self.pending_slots.contains(&(slot as u32)) {
+                continue;
+            }
+            if !pod.ready {
+                action.delete.push(pod.name.clone());
+            } else if delete_budget > 0 {
+                delete_budget -= 1;
+                action.delete.push(pod.name.clone());
+            } else if room > 0 {
+                room -= 1;
+                action.create_slots.push(slot as u32);
+            }
+        }
+        action
     }
 }
 
@@ -250,6 +376,7 @@ mod tests {
             terminating: false,
             ready,
             created: 0,
+            slot: None,
         }
     }
 
@@ -264,7 +391,9 @@ mod tests {
             ),
             target_hash: "new".into(),
             pods,
+            stateful: false,
             pending_creates: 0,
+            pending_slots: BTreeSet::new(),
             pending_deletes: BTreeSet::new(),
         }
     }
@@ -334,6 +463,70 @@ mod tests {
         assert!(!parallel[0].is_empty() && !parallel[1].is_empty());
     }
 
+    fn slot_pod(name: &str, hash: &str, ready: bool, slot: u32) -> PodView {
+        PodView {
+            slot: Some(slot),
+            ..pod(name, hash, ready)
+        }
+    }
+
+    #[test]
+    fn stateful_roles_fill_missing_slots_and_drop_strays() {
+        let mut r = role(
+            3,
+            0,
+            1,
+            vec![slot_pod("a", "new", true, 0), slot_pod("x", "new", true, 7)],
+        );
+        r.stateful = true;
+        let action = r.scale();
+        assert_eq!(action.delete, ["x"], "a pod outside the slots goes");
+        assert_eq!(
+            action.create_slots,
+            [1],
+            "the stray still holds room until it is gone"
+        );
+        r.pods.retain(|p| p.name != "x");
+        r.pending_slots = [1].into();
+        assert_eq!(
+            r.scale().create_slots,
+            [2],
+            "a pending slot is not created twice"
+        );
+    }
+
+    #[test]
+    fn stateful_rollout_surges_into_the_same_slot_when_it_cannot_delete() {
+        let mut r = role(
+            2,
+            1,
+            0,
+            vec![
+                slot_pod("a0", "old", true, 0),
+                slot_pod("a1", "old", true, 1),
+            ],
+        );
+        r.budgets = Fenceposts {
+            max_surge: 1,
+            max_unavailable: 0,
+            raised_to_one: false,
+        };
+        r.stateful = true;
+        let action = r.rollout();
+        assert!(action.delete.is_empty(), "no unavailability allowed");
+        assert_eq!(action.create_slots, [0], "one surge pod for slot 0");
+        // The surge pod became Ready: scale keeps it and removes the outdated one.
+        let r2 = RoleInput {
+            pods: vec![
+                slot_pod("a0", "old", true, 0),
+                slot_pod("b0", "new", true, 0),
+                slot_pod("a1", "old", true, 1),
+            ],
+            ..r
+        };
+        assert_eq!(r2.scale().delete, ["a0"]);
+    }
+
     #[test]
     fn ties_and_absent_orders_keep_spec_order() {
         assert_eq!(upgrade_sequence(&[0, 0, 0]), [0, 1, 2]);
@@ -355,6 +548,7 @@ mod tests {
                 terminating,
                 ready: ready && running && !terminating,
                 created,
+                slot: Some(i as u32 % 4),
             })
     }
 
@@ -381,6 +575,8 @@ mod tests {
     fn observe(role: &RoleInput, action: &RoleAction) -> RoleInput {
         let mut next = role.clone();
         next.pending_creates += action.create;
+        next.pending_slots
+            .extend(action.create_slots.iter().copied());
         next.pending_deletes.extend(action.delete.iter().cloned());
         next
     }
@@ -394,8 +590,8 @@ mod tests {
             let before = r.active_total(&counts) + counts.terminating;
             let action = if rollout { r.rollout() } else { r.scale() };
             let limit = r.desired + r.budgets.max_surge;
-            prop_assert!(action.create == 0 || before + action.create <= limit,
-                "created {} with {before} present, limit {limit}", action.create);
+            prop_assert!(action.creates() == 0 || before + action.creates() <= limit,
+                "created {} with {before} present, limit {limit}", action.creates());
             let ready_deleted = action.delete.iter()
                 .filter(|n| r.pods.iter().any(|p| &p.name == *n && p.ready))
                 .count() as u32;
@@ -413,13 +609,13 @@ mod tests {
             let scale = r.scale();
             let after = observe(&r, &scale);
             let again = after.scale();
-            prop_assert_eq!(again.create, 0);
+            prop_assert_eq!(again.creates(), 0);
             prop_assert!(again.delete.iter().all(|n| !scale.delete.contains(n)));
             if scale.is_empty() {
                 let rollout = r.rollout();
                 let after = observe(&r, &rollout);
                 let again = after.rollout();
-                prop_assert_eq!(again.create, 0);
+                prop_assert_eq!(again.creates(), 0);
                 prop_assert!(again.delete.iter().all(|n| !rollout.delete.contains(n)));
             }
         }
