@@ -19,6 +19,13 @@ pub const LABEL_ROLE_REPLICA_INDEX: &str =
 /// Replica slot of a RoleSet within its StormService (source of `ROLESET_INDEX`).
 pub const ANNOTATION_ROLESET_INDEX: &str = "stormservice.orchestration.aibrix.ai/roleset-index";
 
+/// PodSet name, on the gang's pods.
+pub const LABEL_PODSET_NAME: &str = "stormservice.orchestration.aibrix.ai/podset-name";
+/// Index of a pod in its gang (0 is rank 0).
+pub const LABEL_POD_GROUP_INDEX: &str = "stormservice.orchestration.aibrix.ai/pod-group-index";
+
+/// PodSet finalizer (its pods go first).
+pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";
 /// RoleSet finalizer (ordered deletion of its children).
 pub const FINALIZER_ROLESET: &str = "orchestration.aibrix.ai/roleset-finalizer";
 

@@ -2,6 +2,7 @@
 //! (`crate::api` accessors), refuse to roll objects that fail `crate::api::validation`, and
 //! keep expectations so a lagging view never causes duplicate children (SPEC §5.1).
 
+pub mod podset;
 pub mod render;
 pub mod roleset;
 
@@ -16,8 +17,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{finalizer, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::RoleSet;
-use crate::api::keys::LABEL_ROLESET_NAME;
+use crate::api::keys::{LABEL_PODSET_NAME, LABEL_ROLESET_NAME};
+use crate::api::{PodSet, RoleSet};
 use crate::metrics::Metrics;
 
 /// How long an unobserved create or delete is waited for before it is assumed lost.
@@ -86,17 +87,20 @@ impl Context {
         owner.uid().unwrap_or_default()
     }
 
-    /// Settles expectations against what is observed now and returns what is still pending
-    /// for `role` of `owner`.
-    pub fn observe(&self, owner: &str, role: &str, pods: &[&Pod]) -> Expectation {
+    /// Settles expectations against the children observed now (name, terminating) and
+    /// returns what is still pending for `role` of `owner`.
+    pub fn observe(
+        &self,
+        owner: &str,
+        role: &str,
+        seen: impl IntoIterator<Item = (String, bool)>,
+    ) -> Expectation {
         let mut all = self.expectations.lock().expect("expectations lock");
         let entry = all
             .entry((owner.to_string(), role.to_string()))
             .or_default();
-        let seen: HashMap<String, bool> = pods
-            .iter()
-            .map(|p| (p.name_any(), p.metadata.deletion_timestamp.is_some()))
-            .collect();
+        // Name -> terminating, for the children observed now.
+        let seen: HashMap<String, bool> = seen.into_iter().collect();
         entry.creates.retain(|name, _| !seen.contains_key(name));
         entry.deletes.retain(|name| seen.get(name) == Some(&false));
         if entry.creates.is_empty() && entry.deletes.is_empty() {
@@ -157,37 +161,84 @@ impl Context {
     }
 }
 
-fn error_policy(roleset: Arc<RoleSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy<K: ResourceExt>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     match error {
         Error::Waiting(_) => Action::requeue(Duration::from_secs(2)),
         _ => {
-            tracing::warn!(roleset = %roleset.name_any(), %error, "reconcile failed; retrying");
+            tracing::warn!(object = %object.name_any(), %error, "reconcile failed; retrying");
             Action::requeue(Duration::from_secs(5))
         }
     }
 }
 
-/// Runs the RoleSet controller until `shutdown` resolves.
+/// Whether a pod's Ready condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Deletes a child (already gone is fine), counting the write.
+pub async fn delete_child<K>(
+    api: &Api<K>,
+    name: &str,
+    ctx: &Context,
+    controller: &str,
+    resource: &str,
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .delete(name, &kube::api::DeleteParams::background())
+        .await
+    {
+        Ok(_) => {
+            ctx.metrics.api_write(controller, "delete", resource);
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs the RoleSet and PodSet controllers until `shutdown` resolves.
 pub async fn run(
     client: Client,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ctx = Arc::new(Context::new(client.clone(), metrics));
-    Controller::new(
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let by_roleset = || watcher::Config::default().labels(LABEL_ROLESET_NAME);
+    let rolesets = Controller::new(
         Api::<RoleSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Pod>::all(client.clone()), by_roleset())
+    .owns(Api::<PodSet>::all(client.clone()), by_roleset())
+    .graceful_shutdown_on(shutdown.clone())
+    .run(roleset::reconcile, error_policy, ctx.clone())
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "roleset controller event");
+        }
+    });
+    let podsets = Controller::new(
+        Api::<PodSet>::all(client.clone()),
         watcher::Config::default(),
     )
     .owns(
         Api::<Pod>::all(client),
-        watcher::Config::default().labels(LABEL_ROLESET_NAME),
+        watcher::Config::default().labels(LABEL_PODSET_NAME),
     )
     .graceful_shutdown_on(shutdown)
-    .run(roleset::reconcile, error_policy, ctx)
+    .run(podset::reconcile, error_policy, ctx)
     .for_each(|result| async move {
         if let Err(error) = result {
-            tracing::debug!(%error, "controller event");
+            tracing::debug!(%error, "podset controller event");
         }
-    })
-    .await;
+    });
+    futures::join!(rolesets, podsets);
 }

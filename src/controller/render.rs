@@ -3,16 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodTemplateSpec};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::keys::{
-    ANNOTATION_ROLESET_INDEX, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
-    LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
+    ANNOTATION_ROLESET_INDEX, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_NAME,
+    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    LABEL_STORM_SERVICE_NAME,
 };
-use crate::api::{RoleSet, RoleSpec};
+use crate::api::{PodSet, PodSetSpec, RoleSet, RoleSpec};
 
 /// Kubernetes' "safe" alphabet for generated strings (no vowels, no look-alikes).
 const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -74,6 +75,119 @@ pub fn shorten(name: &str, limit: usize) -> String {
     let first = &name[..1];
     let tail = &name[name.len() - (limit - 1)..];
     format!("{first}{tail}")
+}
+
+/// Puts `vars` first in every container's env, dropping user vars of the same names.
+fn env_first(containers: &mut [Container], vars: &[(&str, &str)]) {
+    for container in containers {
+        let mut env: Vec<EnvVar> = vars
+            .iter()
+            .map(|(name, value)| EnvVar {
+                name: (*name).into(),
+                value: Some((*value).into()),
+                ..EnvVar::default()
+            })
+            .collect();
+        env.extend(
+            container
+                .env
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| !vars.iter().any(|(name, _)| *name == e.name)),
+        );
+        container.env = Some(env);
+    }
+}
+
+/// A PodSet for `slot` of a multi-node role: the gang's template is the role template with
+/// the RoleSet's built-in env vars; its name embeds the hash, like a stateful pod's.
+pub fn podset_for_slot(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32) -> PodSet {
+    let pod = stateful_pod(roleset, role, hash, slot);
+    let mut template = role.template.clone().unwrap_or_default();
+    let mut spec = pod.spec.expect("rendered pods have a spec");
+    spec.hostname = template.spec.as_ref().and_then(|s| s.hostname.clone());
+    template.spec = Some(spec);
+    // The PodSet carries squall's own labels; the template's stay in the template.
+    let own_keys = [
+        LABEL_ROLESET_NAME,
+        LABEL_ROLE_NAME,
+        LABEL_ROLE_TEMPLATE_HASH,
+        LABEL_STORM_SERVICE_NAME,
+        LABEL_ROLE_REPLICA_INDEX,
+    ];
+    let mut labels = pod.metadata.labels.unwrap_or_default();
+    labels.retain(|key, _| own_keys.contains(&key.as_str()));
+    PodSet {
+        metadata: ObjectMeta {
+            name: pod.metadata.name,
+            namespace: pod.metadata.namespace,
+            labels: Some(labels),
+            annotations: pod.metadata.annotations,
+            owner_references: pod.metadata.owner_references,
+            ..ObjectMeta::default()
+        },
+        spec: PodSetSpec {
+            pod_group_size: role.pod_group_size_or_default(),
+            template,
+            stateful: role.stateful,
+            recovery_policy: None,
+            scheduling_strategy: role.scheduling_strategy.clone(),
+        },
+        status: None,
+    }
+}
+
+/// Env vars a PodSet adds first to every container of its pods.
+pub const PODSET_ENV: [&str; 3] = ["PODSET_NAME", "POD_GROUP_INDEX", "POD_GROUP_SIZE"];
+
+/// Pod `index` of a PodSet's gang: `<podset>-<index>`, the PodSet's labels and annotations
+/// under the template's (template values win), `hostname` = name, and the gang env vars in
+/// init and main containers.
+pub fn gang_pod(podset: &PodSet, index: u32) -> Pod {
+    let ps_name = podset.name_any();
+    let name = shorten(&format!("{ps_name}-{index}"), 63);
+    let mut template = podset.spec.template.clone();
+    let meta = template.metadata.take().unwrap_or_default();
+    let mut labels = podset.labels().clone();
+    labels.extend(meta.labels.unwrap_or_default());
+    labels.insert(LABEL_PODSET_NAME.into(), ps_name.clone());
+    labels.insert(LABEL_POD_GROUP_INDEX.into(), index.to_string());
+    let mut annotations = podset.annotations().clone();
+    annotations.extend(meta.annotations.unwrap_or_default());
+    let mut spec = template.spec.unwrap_or_default();
+    spec.hostname = Some(name.clone());
+    if let Some(service) = podset
+        .labels()
+        .get(LABEL_STORM_SERVICE_NAME)
+        .filter(|s| !s.is_empty())
+    {
+        spec.subdomain = Some(service.clone());
+    }
+    let index_text = index.to_string();
+    let size = podset.spec.pod_group_size.to_string();
+    let vars = [
+        (PODSET_ENV[0], ps_name.as_str()),
+        (PODSET_ENV[1], index_text.as_str()),
+        (PODSET_ENV[2], size.as_str()),
+    ];
+    env_first(&mut spec.containers, &vars);
+    if let Some(init) = spec.init_containers.as_mut() {
+        env_first(init, &vars);
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: podset.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            finalizers: meta.finalizers,
+            owner_references: podset.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
 }
 
 /// The slot env var of stateful pods, injected after [`BUILTIN_ENV`].
@@ -155,25 +269,7 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
     if let Some(index) = &slot_text {
         builtin.push((ENV_ROLE_REPLICA_INDEX, index));
     }
-    for container in &mut spec.containers {
-        let mut env: Vec<EnvVar> = builtin
-            .iter()
-            .map(|(name, value)| EnvVar {
-                name: (*name).into(),
-                value: Some((*value).into()),
-                ..EnvVar::default()
-            })
-            .collect();
-        env.extend(
-            container
-                .env
-                .take()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|e| !builtin.iter().any(|(name, _)| *name == e.name)),
-        );
-        container.env = Some(env);
-    }
+    env_first(&mut spec.containers, &builtin);
 
     Pod {
         metadata: ObjectMeta {

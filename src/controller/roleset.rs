@@ -12,22 +12,22 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use serde_json::json;
 
-use super::{Context, Error};
+use super::{Context, Error, delete_child};
 use crate::api::keys::{
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
     LABEL_ROLESET_NAME,
 };
 use crate::api::validation::validate_roleset;
 use crate::api::{
-    Condition, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec, RoleStatus,
-    RoleUpdateStrategyType,
+    Condition, PodSet, PodSetPhase, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec,
+    RoleStatus, RoleUpdateStrategyType,
 };
-use crate::controller::render::{stateful_pod, stateless_pod, template_hash};
+use crate::controller::render::{podset_for_slot, stateful_pod, stateless_pod, template_hash};
 use crate::planner::budget::{Budget, resolve_fenceposts};
 use crate::planner::roleset::{PodView, RoleInput, plan, upgrade_sequence};
 
@@ -66,6 +66,21 @@ async fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Result<Vec<Pod>, Error>
 
 /// Ordered deletion: every pod first; the finalizer goes once none is left.
 async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
+    let podsets = owned_podsets(roleset, ctx).await?;
+    if !podsets.is_empty() {
+        let api: Api<PodSet> =
+            Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+        for podset in podsets
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            delete_child(&api, &podset.name_any(), ctx, "roleset", "podsets").await?;
+        }
+        return Err(Error::Waiting(format!(
+            "{} PodSets still terminating",
+            podsets.len()
+        )));
+    }
     let pods = owned_pods(roleset, ctx).await?;
     if pods.is_empty() {
         ctx.forget(roleset);
@@ -87,13 +102,51 @@ async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
 }
 
 async fn delete_pod(api: &Api<Pod>, name: &str, ctx: &Context) -> Result<(), Error> {
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => {
-            ctx.metrics.api_write("roleset", "delete", "pods");
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+    delete_child(api, name, ctx, "roleset", "pods").await
+}
+
+/// The RoleSet's own PodSets (multi-node roles).
+async fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Result<Vec<PodSet>, Error> {
+    let api: Api<PodSet> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    let selector = format!("{LABEL_ROLESET_NAME}={}", roleset.name_any());
+    let uid = roleset.uid().unwrap_or_default();
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect())
+}
+
+/// A PodSet seen as one replica of its role: Ready when its phase is Ready, gone from the
+/// active set when Failed.
+fn podset_view(podset: &PodSet) -> PodView {
+    let phase = podset.status.as_ref().and_then(|s| s.phase);
+    PodView {
+        name: podset.name_any(),
+        hash: podset
+            .labels()
+            .get(LABEL_ROLE_TEMPLATE_HASH)
+            .cloned()
+            .unwrap_or_default(),
+        running: phase != Some(PodSetPhase::Failed),
+        terminating: podset.metadata.deletion_timestamp.is_some(),
+        ready: phase == Some(PodSetPhase::Ready),
+        created: podset
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+        slot: podset
+            .labels()
+            .get(LABEL_ROLE_REPLICA_INDEX)
+            .and_then(|i| i.parse().ok()),
     }
 }
 
@@ -126,9 +179,10 @@ fn pod_view(pod: &Pod) -> PodView {
 
 /// Why a role cannot be handled yet (None: it can).
 fn unsupported(role: &RoleSpec) -> Option<&'static str> {
-    if role.pod_group_size_or_default() > 1 {
-        Some("multi-node roles (podGroupSize > 1) are not reconciled yet")
-    } else if role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible {
+    // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
+    if role.pod_group_size_or_default() == 1
+        && role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible
+    {
         Some("InPlaceIfPossible is not supported yet")
     } else {
         None
@@ -148,7 +202,10 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let pods = owned_pods(roleset, ctx).await?;
+    let podsets = owned_podsets(roleset, ctx).await?;
     let key = Context::key(roleset);
+    let mut orphan_pods = Vec::new();
+    let mut orphan_podsets = Vec::new();
     let roles = roleset.spec.roles.clone().unwrap_or_default();
     let mut problems = Vec::new();
     let mut inputs = Vec::new();
@@ -168,18 +225,32 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             budget(strategy.and_then(|s| s.max_unavailable.as_ref())),
             desired,
         );
-        let role_pods: Vec<&Pod> = pods
-            .iter()
-            .filter(|p| p.labels().get(LABEL_ROLE_NAME) == Some(&role.name))
-            .collect();
-        let expectation = ctx.observe(&key, &role.name, &role_pods);
+        let of_role = |labels: &std::collections::BTreeMap<String, String>| {
+            labels.get(LABEL_ROLE_NAME) == Some(&role.name)
+        };
+        let role_pods: Vec<&Pod> = pods.iter().filter(|p| of_role(p.labels())).collect();
+        let role_podsets: Vec<&PodSet> = podsets.iter().filter(|p| of_role(p.labels())).collect();
+        let gang = role.pod_group_size_or_default() > 1;
+        // Children of the other kind are left over from a podGroupSize change.
+        let views: Vec<PodView> = if gang {
+            orphan_pods.extend(role_pods.iter().map(|p| p.name_any()));
+            role_podsets.iter().map(|p| podset_view(p)).collect()
+        } else {
+            orphan_podsets.extend(role_podsets.iter().map(|p| p.name_any()));
+            role_pods.iter().map(|p| pod_view(p)).collect()
+        };
+        let expectation = ctx.observe(
+            &key,
+            &role.name,
+            views.iter().map(|v| (v.name.clone(), v.terminating)),
+        );
         inputs.push(RoleInput {
             name: role.name.clone(),
             desired,
             budgets,
             target_hash: template_hash(&role.template.clone().unwrap_or_default()),
-            pods: role_pods.iter().map(|p| pod_view(p)).collect(),
-            stateful: role.stateful == Some(true),
+            pods: views,
+            stateful: gang || role.stateful == Some(true),
             pending_creates: expectation.pending_creates(),
             pending_slots: expectation.pending_slots(),
             pending_deletes: expectation.deletes.clone(),
@@ -212,10 +283,40 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
 
     let pods_api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    let podsets_api: Api<PodSet> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    for name in &orphan_pods {
+        delete_pod(&pods_api, name, ctx).await?;
+    }
+    for name in &orphan_podsets {
+        delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
+    }
     for ((role, input), action) in handled.iter().zip(&inputs).zip(&actions) {
+        let gang = role.pod_group_size_or_default() > 1;
         for name in &action.delete {
             ctx.expect_delete(&key, &role.name, name);
-            delete_pod(&pods_api, name, ctx).await?;
+            if gang {
+                delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
+            } else {
+                delete_pod(&pods_api, name, ctx).await?;
+            }
+        }
+        if gang {
+            for &slot in &action.create_slots {
+                let podset = podset_for_slot(roleset, role, &input.target_hash, slot);
+                match podsets_api.create(&PostParams::default(), &podset).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                ctx.metrics.api_write("roleset", "create", "podsets");
+                ctx.expect_create(&key, &role.name, &podset.name_any(), Some(slot));
+            }
+            if !action.is_empty() {
+                tracing::info!(roleset = %roleset.name_any(), role = %role.name, created = action.creates(),
+                    deleted = action.delete.len(), "PodSets");
+            }
+            continue;
         }
         let creates = (0..action.create)
             .map(|_| (None, stateless_pod(roleset, role, &input.target_hash)))

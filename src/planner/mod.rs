@@ -2,4 +2,5 @@
 //! update. No I/O, so every decision is unit- and property-tested.
 
 pub mod budget;
+pub mod podset;
 pub mod roleset;

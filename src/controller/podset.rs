@@ -1,0 +1,144 @@
+//! The PodSet controller: one pod per index of a gang, recovered per `recoveryPolicy`
+//! (AIBRIX-REFERENCE §2.4); decisions in `crate::planner::podset`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use serde_json::json;
+
+use super::{Context, Error, delete_child, is_ready};
+use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME};
+use crate::api::{PodSet, PodSetStatus};
+use crate::controller::render::gang_pod;
+use crate::planner::podset::{GangPod, gang_status, plan_gang};
+
+/// Reconciles one PodSet.
+pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<PodSet> =
+        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER_PODSET, podset, |event| async {
+        match event {
+            Finalizer::Apply(ps) => apply(&ps, &ctx).await,
+            Finalizer::Cleanup(ps) => cleanup(&ps, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+async fn owned_pods(podset: &PodSet, ctx: &Context) -> Result<Vec<Pod>, Error> {
+    let api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+    let uid = podset.uid().unwrap_or_default();
+    let selector = format!("{LABEL_PODSET_NAME}={}", podset.name_any());
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect())
+}
+
+async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
+    let pods = owned_pods(podset, ctx).await?;
+    if pods.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+    for pod in pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        delete_child(&api, &pod.name_any(), ctx, "podset", "pods").await?;
+    }
+    Err(Error::Waiting(format!(
+        "{} pods still terminating",
+        pods.len()
+    )))
+}
+
+fn gang_view(pod: &Pod) -> GangPod {
+    let status = pod.status.as_ref();
+    GangPod {
+        name: pod.name_any(),
+        index: pod
+            .labels()
+            .get(LABEL_POD_GROUP_INDEX)
+            .and_then(|i| i.parse().ok()),
+        running: !matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        ready: is_ready(pod),
+        restarts: status
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |c| c.iter().map(|c| c.restart_count).sum()),
+    }
+}
+
+async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
+    let pods = owned_pods(podset, ctx).await?;
+    let views: Vec<GangPod> = pods.iter().map(gang_view).collect();
+    let size = u32::try_from(podset.spec.pod_group_size).unwrap_or(0);
+    let action = plan_gang(
+        size,
+        podset.spec.recovery_policy.unwrap_or_default(),
+        &views,
+    );
+    let api: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+    for name in &action.delete {
+        delete_child(&api, name, ctx, "podset", "pods").await?;
+    }
+    for &index in &action.create {
+        match api
+            .create(&PostParams::default(), &gang_pod(podset, index))
+            .await
+        {
+            Ok(_) => ctx.metrics.api_write("podset", "create", "pods"),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !action.delete.is_empty() || !action.create.is_empty() {
+        tracing::info!(podset = %podset.name_any(), created = ?action.create, deleted = ?action.delete, "gang pods");
+    }
+
+    let (total, ready, phase) = gang_status(size, &views);
+    let status = PodSetStatus {
+        observed_generation: podset.metadata.generation,
+        ready_pods: ready,
+        total_pods: total,
+        phase: Some(phase),
+        conditions: None,
+    };
+    if podset.status.as_ref() != Some(&status) {
+        let ps_api: Api<PodSet> =
+            Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+        let fresh = ps_api.get_status(&podset.name_any()).await?;
+        if fresh.status.as_ref() != Some(&status) {
+            let patch = json!({"metadata": {"resourceVersion": fresh.resource_version()}, "status": status});
+            ps_api
+                .patch_status(
+                    &podset.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            ctx.metrics.api_write("podset", "patch", "podsets/status");
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}

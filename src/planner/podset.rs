@@ -1,0 +1,177 @@
+//! Decisions of the PodSet controller (AIBRIX-REFERENCE §2.4): keep one pod per index
+//! `0..podGroupSize`, recovering failures per `recoveryPolicy`.
+
+use crate::api::{PodSetPhase, RecoveryPolicy};
+
+/// One observed pod of a gang.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GangPod {
+    /// Pod name.
+    pub name: String,
+    /// Its `pod-group-index` label (None when absent or unparsable).
+    pub index: Option<u32>,
+    /// Not Succeeded or Failed.
+    pub running: bool,
+    /// `deletionTimestamp` set.
+    pub terminating: bool,
+    /// Condition Ready is True.
+    pub ready: bool,
+    /// Container restarts (a restarted container marks the pod unhealthy).
+    pub restarts: i32,
+}
+
+/// What to do for one gang.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangAction {
+    /// Indexes to create a pod for.
+    pub create: Vec<u32>,
+    /// Pods to delete.
+    pub delete: Vec<String>,
+}
+
+/// One pass: finished pods are removed first (their names block the index — an upstream
+/// hazard fixed here); a gang short of pods is recovered per `recovery`; extra pods above the
+/// size go, highest index first.
+pub fn plan_gang(size: u32, recovery: RecoveryPolicy, pods: &[GangPod]) -> GangAction {
+    let mut action = GangAction {
+        delete: pods
+            .iter()
+            .filter(|p| !p.running && !p.terminating)
+            .map(|p| p.name.clone())
+            .collect(),
+        ..GangAction::default()
+    };
+    let active: Vec<&GangPod> = pods.iter().filter(|p| p.running).collect();
+    let present: Vec<u32> = pods.iter().filter_map(|p| p.index).collect();
+    let count = active.len() as u32;
+    if count < size {
+        let live = || active.iter().filter(|p| !p.terminating);
+        match recovery {
+            RecoveryPolicy::ReplaceUnhealthy => {
+                let unhealthy: Vec<String> = live()
+                    .filter(|p| p.restarts > 0)
+                    .map(|p| p.name.clone())
+                    .collect();
+                if unhealthy.is_empty() {
+                    action.create = (0..size).filter(|i| !present.contains(i)).collect();
+                } else {
+                    action.delete.extend(unhealthy);
+                }
+            }
+            RecoveryPolicy::Recreate => {
+                if active.is_empty() && pods.iter().all(|p| !p.terminating) {
+                    action.create = (0..size).collect();
+                } else {
+                    action.delete.extend(live().map(|p| p.name.clone()));
+                }
+            }
+        }
+    } else if count > size {
+        let mut extra: Vec<&&GangPod> = active.iter().filter(|p| !p.terminating).collect();
+        extra.sort_by_key(|p| std::cmp::Reverse(p.index.unwrap_or(u32::MAX)));
+        action.delete.extend(
+            extra
+                .into_iter()
+                .take((count - size) as usize)
+                .map(|p| p.name.clone()),
+        );
+    }
+    action
+}
+
+/// `(totalPods, readyPods, phase)` of a gang.
+pub fn gang_status(size: u32, pods: &[GangPod]) -> (i32, i32, PodSetPhase) {
+    let active = pods.iter().filter(|p| p.running).count() as i32;
+    let ready = pods.iter().filter(|p| p.running && p.ready).count() as i32;
+    let phase = if ready == 0 {
+        PodSetPhase::Pending
+    } else if ready as u32 == size {
+        PodSetPhase::Ready
+    } else {
+        PodSetPhase::Running
+    };
+    (active, ready, phase)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(i: u32, running: bool, ready: bool, restarts: i32) -> GangPod {
+        GangPod {
+            name: format!("ps-{i}"),
+            index: Some(i),
+            running,
+            terminating: false,
+            ready,
+            restarts,
+        }
+    }
+
+    #[test]
+    fn creates_every_missing_index() {
+        assert_eq!(
+            plan_gang(3, RecoveryPolicy::ReplaceUnhealthy, &[]).create,
+            [0, 1, 2]
+        );
+        let a = plan_gang(
+            3,
+            RecoveryPolicy::ReplaceUnhealthy,
+            &[pod(1, true, true, 0)],
+        );
+        assert_eq!(a.create, [0, 2]);
+    }
+
+    #[test]
+    fn replace_unhealthy_replaces_only_the_failed_pod() {
+        let pods = [pod(0, true, true, 0), pod(1, false, false, 0)];
+        let first = plan_gang(2, RecoveryPolicy::ReplaceUnhealthy, &pods);
+        assert_eq!(first.delete, ["ps-1"], "the failed pod is removed");
+        assert!(
+            first.create.is_empty(),
+            "its index is taken until it is gone"
+        );
+        let next = plan_gang(2, RecoveryPolicy::ReplaceUnhealthy, &pods[..1]);
+        assert_eq!(next.create, [1]);
+        let restarted = [pod(0, true, true, 2)];
+        assert_eq!(
+            plan_gang(2, RecoveryPolicy::ReplaceUnhealthy, &restarted).delete,
+            ["ps-0"]
+        );
+    }
+
+    #[test]
+    fn recreate_replaces_the_whole_gang() {
+        let pods = [pod(0, true, true, 0), pod(1, false, false, 0)];
+        let a = plan_gang(2, RecoveryPolicy::Recreate, &pods);
+        assert_eq!(a.delete, ["ps-1", "ps-0"]);
+        assert!(a.create.is_empty());
+        assert_eq!(plan_gang(2, RecoveryPolicy::Recreate, &[]).create, [0, 1]);
+    }
+
+    #[test]
+    fn extra_pods_go_highest_index_first() {
+        let pods = [
+            pod(0, true, true, 0),
+            pod(1, true, true, 0),
+            pod(2, true, true, 0),
+        ];
+        assert_eq!(
+            plan_gang(2, RecoveryPolicy::ReplaceUnhealthy, &pods).delete,
+            ["ps-2"]
+        );
+    }
+
+    #[test]
+    fn status_phase() {
+        assert_eq!(gang_status(2, &[]).2, PodSetPhase::Pending);
+        assert_eq!(
+            gang_status(2, &[pod(0, true, true, 0)]).2,
+            PodSetPhase::Running
+        );
+        assert_eq!(
+            gang_status(2, &[pod(0, true, true, 0), pod(1, true, true, 0)]),
+            (2, 2, PodSetPhase::Ready)
+        );
+    }
+}
