@@ -171,6 +171,39 @@ fn error_policy<K: ResourceExt>(object: Arc<K>, error: &Error, _ctx: Arc<Context
     }
 }
 
+/// The children of kind `K` of `owner`: listed in the owner's namespace by the label
+/// `label=<owner name>` and kept only when controlled by the owner's UID — never a
+/// cluster-wide selector list (SPEC §5.1).
+pub async fn owned_children<K, O>(client: &Client, owner: &O, label: &str) -> Result<Vec<K>, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    O: kube::Resource,
+{
+    let api: Api<K> = Api::namespaced(
+        client.clone(),
+        &owner.meta().namespace.clone().unwrap_or_default(),
+    );
+    let selector = format!("{label}={}", owner.meta().name.clone().unwrap_or_default());
+    let uid = owner.meta().uid.clone().unwrap_or_default();
+    Ok(api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|child| {
+            child
+                .meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect())
+}
+
 /// Whether a pod's Ready condition is True.
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status

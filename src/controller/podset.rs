@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use serde_json::json;
 
-use super::{Context, Error, delete_child, is_ready};
+use super::{Context, Error, delete_child, is_ready, owned_children};
 use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME};
 use crate::api::{PodSet, PodSetStatus};
 use crate::controller::render::gang_pod;
@@ -32,21 +32,7 @@ pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action,
 }
 
 async fn owned_pods(podset: &PodSet, ctx: &Context) -> Result<Vec<Pod>, Error> {
-    let api: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
-    let uid = podset.uid().unwrap_or_default();
-    let selector = format!("{LABEL_PODSET_NAME}={}", podset.name_any());
-    Ok(api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .collect())
+    owned_children(&ctx.client, podset, LABEL_PODSET_NAME).await
 }
 
 async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {

@@ -12,12 +12,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use serde_json::json;
 
-use super::{Context, Error, delete_child};
+use super::{Context, Error, delete_child, is_ready, owned_children};
 use crate::api::keys::{
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
     LABEL_ROLESET_NAME,
@@ -45,23 +45,14 @@ pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Actio
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-/// The RoleSet's own pods: namespaced, labelled, and controlled by this RoleSet's UID.
+/// The RoleSet's own pods.
 async fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Result<Vec<Pod>, Error> {
-    let pods: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
-    let selector = format!("{LABEL_ROLESET_NAME}={}", roleset.name_any());
-    let uid = roleset.uid().unwrap_or_default();
-    Ok(pods
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .collect())
+    owned_children(&ctx.client, roleset, LABEL_ROLESET_NAME).await
+}
+
+/// The RoleSet's own PodSets (multi-node roles).
+async fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Result<Vec<PodSet>, Error> {
+    owned_children(&ctx.client, roleset, LABEL_ROLESET_NAME).await
 }
 
 /// Ordered deletion: every pod first; the finalizer goes once none is left.
@@ -105,25 +96,6 @@ async fn delete_pod(api: &Api<Pod>, name: &str, ctx: &Context) -> Result<(), Err
     delete_child(api, name, ctx, "roleset", "pods").await
 }
 
-/// The RoleSet's own PodSets (multi-node roles).
-async fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Result<Vec<PodSet>, Error> {
-    let api: Api<PodSet> =
-        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
-    let selector = format!("{LABEL_ROLESET_NAME}={}", roleset.name_any());
-    let uid = roleset.uid().unwrap_or_default();
-    Ok(api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .collect())
-}
-
 /// A PodSet seen as one replica of its role: Ready when its phase is Ready, gone from the
 /// active set when Failed.
 fn podset_view(podset: &PodSet) -> PodView {
@@ -162,9 +134,7 @@ fn pod_view(pod: &Pod) -> PodView {
             .unwrap_or_default(),
         running: !matches!(phase, Some("Succeeded" | "Failed")),
         terminating: pod.metadata.deletion_timestamp.is_some(),
-        ready: status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        ready: is_ready(pod),
         created: pod
             .metadata
             .creation_timestamp
