@@ -155,7 +155,12 @@ pub async fn run(
             }
             _ => read_injected(&configs).await,
         };
-        two_ca_since = match (&injected, &current) {
+        // With no configurations to wait for (`none`), clients trust what is stored.
+        let carried = match &configs {
+            Configs::None => current.as_ref().map(|c| c.bundle.ca_crt.clone()),
+            _ => injected.clone(),
+        };
+        two_ca_since = match (&carried, &current) {
             (Some(bundle), Some(current))
                 if current.cas.len() == 2 && *bundle == current.bundle.ca_crt =>
             {
