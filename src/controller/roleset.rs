@@ -1,10 +1,11 @@
 //! The RoleSet controller: observes a RoleSet's pods, asks the planner
 //! (`crate::planner::roleset`) what to create and delete, carries it out, and writes status.
 //!
-//! Today: plain-pod roles (`podGroupSize` ≤ 1), stateless or stateful (one pod per slot),
-//! with the `Recreate` update type, under `Sequential`, `Parallel` and `Interleave` (rolled
-//! like `Parallel`) ordering. Roles needing PodSets or in-place updates are reported through
-//! the `ReplicaFailure` condition and left alone.
+//! Roles are plain pods (`podGroupSize` ≤ 1; stateless, or stateful with one pod per slot)
+//! or PodSets (one per slot), updated by `Recreate` (multi-node roles always recreate), under
+//! `Sequential`, `Parallel` and `Interleave` ordering. `InPlaceIfPossible` on plain-pod roles
+//! is not supported yet: it is reported through the `ReplicaFailure` condition and the role
+//! is left alone.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -211,6 +211,80 @@ impl RoleInput {
         action
     }
 
+    /// Pods per Interleave step: `max(1, maxSurge + maxUnavailable)`.
+    fn step_size(&self) -> u32 {
+        (self.budgets.max_surge + self.budgets.max_unavailable).max(1)
+    }
+
+    /// Interleave progress of a stateless role (AIBRIX-REFERENCE §2.3.4 CheckCurrentStep):
+    /// `(all ready, current step)`, steps counted from 1.
+    pub fn current_step(&self) -> (bool, u32) {
+        let counts = self.counts();
+        let size = self.step_size();
+        let updated_ready = counts
+            .active
+            .iter()
+            .filter(|p| p.ready && p.hash == self.target_hash)
+            .count() as u32;
+        let updated_active = self.updated(&counts);
+        let outdated_active = counts.active.len() as u32
+            - counts
+                .active
+                .iter()
+                .filter(|p| p.hash == self.target_hash)
+                .count() as u32;
+        let settled = counts.finished.is_empty() && counts.active.iter().all(|p| p.ready);
+        let mut step = updated_ready.saturating_sub(1) / size + 1;
+        if (settled && updated_ready == size * step)
+            || updated_active > size * step
+            || outdated_active < self.desired.saturating_sub(size * step)
+        {
+            step += 1;
+        }
+        let outdated_ready = counts
+            .active
+            .iter()
+            .any(|p| p.ready && p.hash != self.target_hash);
+        (
+            settled && !outdated_ready && updated_ready >= self.desired,
+            step,
+        )
+    }
+
+    /// Interleave rollout of a stateless role up to `step` batches of updated pods.
+    pub fn rollout_by_step(&self, step: u32) -> RoleAction {
+        let counts = self.counts();
+        let expected = (self.step_size() * step).min(self.desired);
+        let updated = self.updated(&counts);
+        if updated >= expected {
+            return RoleAction::default();
+        }
+        let mut outdated: Vec<&PodView> = counts
+            .active
+            .iter()
+            .copied()
+            .filter(|p| p.hash != self.target_hash)
+            .collect();
+        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        let ready = self.ready(&counts);
+        let mut budget = (outdated.len() as u32 + expected)
+            .saturating_sub(self.desired)
+            .min((ready + self.budgets.max_unavailable).saturating_sub(self.desired));
+        let mut action = RoleAction::default();
+        for pod in outdated {
+            if !pod.ready {
+                action.delete.push(pod.name.clone());
+            } else if budget > 0 {
+                budget -= 1;
+                action.delete.push(pod.name.clone());
+            } else {
+                break;
+            }
+        }
+        action.create = self.create_room(&counts).min(expected - updated);
+        action
+    }
+
     /// Every pod is on the target template, active and Ready, and nothing is pending (and,
     /// for stateful roles, every slot holds exactly one pod).
     pub fn all_ready(&self) -> bool {
@@ -332,8 +406,9 @@ pub fn upgrade_sequence(orders: &[i32]) -> Vec<usize> {
 /// One pass over every role: actions aligned with `roles` (spec order).
 ///
 /// Scaling comes first: if any role scales, only scaling happens this pass. Then
-/// `Sequential` rolls the first unfinished role in `sequence` (and touches no other), while
-/// `Parallel` and `Interleave` roll every role.
+/// `Sequential` rolls the first unfinished role in `sequence` (and touches no other);
+/// `Parallel` rolls every role; `Interleave` moves stateless roles in lock-step batches of
+/// `max(1, maxSurge + maxUnavailable)` pods, no role running ahead of the slowest one.
 pub fn plan(
     strategy: RoleSetUpdateStrategy,
     roles: &[RoleInput],
@@ -353,9 +428,29 @@ pub fn plan(
                 }
             }
         }
-        RoleSetUpdateStrategy::Parallel | RoleSetUpdateStrategy::Interleave => {
+        RoleSetUpdateStrategy::Parallel => {
             for (i, role) in roles.iter().enumerate() {
                 actions[i] = role.rollout();
+            }
+        }
+        RoleSetUpdateStrategy::Interleave => {
+            // Stateless roles advance in lock-step batches; stateful roles roll as Parallel.
+            let steps: Vec<Option<(bool, u32)>> = roles
+                .iter()
+                .map(|r| (!r.stateful).then(|| r.current_step()))
+                .collect();
+            let global = steps
+                .iter()
+                .flatten()
+                .filter(|(ready, _)| !ready)
+                .map(|(_, step)| *step)
+                .min();
+            for (i, role) in roles.iter().enumerate() {
+                actions[i] = match (steps[i], global) {
+                    (None, _) => role.rollout(),
+                    (Some((false, step)), Some(g)) if step <= g => role.rollout_by_step(g),
+                    _ => RoleAction::default(),
+                };
             }
         }
     }
@@ -528,6 +623,44 @@ mod tests {
     }
 
     #[test]
+    fn interleave_keeps_roles_in_lock_step() {
+        // Role 0 already has one updated Ready pod (step 2 reached); role 1 has none.
+        let roles = vec![
+            role(
+                3,
+                0,
+                1,
+                vec![
+                    pod("a1", "new", true),
+                    pod("a2", "old", true),
+                    pod("a3", "old", true),
+                ],
+            ),
+            role(
+                3,
+                0,
+                1,
+                vec![
+                    pod("b1", "old", true),
+                    pod("b2", "old", true),
+                    pod("b3", "old", true),
+                ],
+            ),
+        ];
+        assert_eq!(roles[0].current_step(), (false, 2));
+        assert_eq!(roles[1].current_step(), (false, 1));
+        let actions = plan(RoleSetUpdateStrategy::Interleave, &roles, &[0, 1]);
+        assert!(actions[0].is_empty(), "the faster role waits");
+        assert_eq!(
+            actions[1].delete.len(),
+            1,
+            "the slower role moves one batch"
+        );
+        let done = role(1, 0, 1, vec![pod("c", "new", true)]);
+        assert!(done.current_step().0);
+    }
+
+    #[test]
     fn ties_and_absent_orders_keep_spec_order() {
         assert_eq!(upgrade_sequence(&[0, 0, 0]), [0, 1, 2]);
         assert_eq!(upgrade_sequence(&[3, 0, 3, 1]), [1, 3, 0, 2]);
@@ -585,10 +718,15 @@ mod tests {
         /// SPEC §3.4: the controller's own actions never create beyond desired + maxSurge and
         /// never delete a Ready pod while Ready ≤ desired − maxUnavailable.
         #[test]
-        fn actions_respect_the_budgets(r in arb_role(), rollout in any::<bool>()) {
+        fn actions_respect_the_budgets(r in arb_role(), mode in 0u8..3, step in 1u32..5) {
             let counts = r.counts();
             let before = r.active_total(&counts) + counts.terminating;
-            let action = if rollout { r.rollout() } else { r.scale() };
+            let action = match mode {
+                0 => r.scale(),
+                1 => r.rollout(),
+                _ if !r.stateful => r.rollout_by_step(step),
+                _ => r.rollout(),
+            };
             let limit = r.desired + r.budgets.max_surge;
             prop_assert!(action.creates() == 0 || before + action.creates() <= limit,
                 "created {} with {before} present, limit {limit}", action.creates());
