@@ -175,9 +175,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             validating: args.release.clone(),
         },
         WebhookConfigs::Register => {
-            if args.local && !api_server_loopback {
+            // Registered configurations point the API server at this process by `url:`; that
+            // is only sound on loopback (SPEC §9).
+            if !api_server_loopback || !webhook_addr.ip().is_loopback() {
                 bail!(
-                    "--local registers webhook configurations only with a loopback API server; the kubeconfig points at a non-loopback address"
+                    "--webhook-configs=register needs a loopback API server and a loopback --webhook-bind (API server loopback: {api_server_loopback}, webhook {webhook_addr})"
                 );
             }
             let (mutating, validating) = configurations(&Registration {
