@@ -18,7 +18,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the operator: admission webhooks, certificates, admin server.
+    /// Run the operator: admission webhooks, certificates, controllers, admin server.
     Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions squall serves, as multi-document YAML.
     Crds,

@@ -1,5 +1,5 @@
-//! `squall run`: the operator process — the HTTPS webhook server, the admin server and the
-//! certificate manager (controllers join once they exist, after `/readyz` is green).
+//! `squall run`: the operator process — the HTTPS webhook server, the admin server, the
+//! certificate manager, and the controllers (started once `/readyz` is green).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
