@@ -41,32 +41,22 @@ fn test_pod(name: &str, annotations: serde_json::Value) -> Pod {
 #[ignore = "needs the local control plane (make test)"]
 async fn crds_and_every_sample_pass_strict_server_side_dry_run() {
     install_crds();
-    let crds = workspace_root().join("manifests/crds/crds.yaml");
-    let out = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--dry-run=server",
-            "--validate=strict",
-            "-f",
-            crds.to_str().unwrap(),
-        ],
-        None,
-    );
+    let dry_run = |path: &std::path::Path| {
+        kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--validate=strict",
+                "-f",
+                path.to_str().unwrap(),
+            ],
+            None,
+        )
+    };
+    let out = dry_run(&workspace_root().join("manifests/crds/crds.yaml"));
     assert!(out.success, "CRDs: {}", out.stderr);
-
-    let bundled = workspace_root().join("manifests/samples");
-    let out = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--dry-run=server",
-            "--validate=strict",
-            "-f",
-            bundled.to_str().unwrap(),
-        ],
-        None,
-    );
+    let out = dry_run(&workspace_root().join("manifests/samples"));
     assert!(out.success, "bundled samples: {}", out.stderr);
 
     let Some(shared) = shared_dir() else { return };

@@ -186,25 +186,11 @@ impl RoleInput {
         }
         let counts = self.counts();
         let ready = self.ready(&counts);
-        let mut delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
-        let mut outdated: Vec<&PodView> = counts
-            .active
-            .iter()
-            .copied()
-            .filter(|p| p.hash != self.target_hash)
-            .collect();
-        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
-        let mut action = RoleAction::default();
-        for pod in outdated {
-            if !pod.ready {
-                action.delete.push(pod.name.clone());
-            } else if delete_budget > 0 {
-                delete_budget -= 1;
-                action.delete.push(pod.name.clone());
-            } else {
-                break;
-            }
-        }
+        let delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut action = RoleAction {
+            delete: self.outdated_to_delete(&counts, delete_budget),
+            ..RoleAction::default()
+        };
         action.create = self
             .create_room(&counts)
             .min(self.desired.saturating_sub(self.updated(&counts)));
@@ -259,6 +245,26 @@ impl RoleInput {
         if updated >= expected {
             return RoleAction::default();
         }
+        let outdated = counts
+            .active
+            .iter()
+            .filter(|p| p.hash != self.target_hash)
+            .count() as u32;
+        let ready = self.ready(&counts);
+        let budget = (outdated + expected)
+            .saturating_sub(self.desired)
+            .min((ready + self.budgets.max_unavailable).saturating_sub(self.desired));
+        let mut action = RoleAction {
+            delete: self.outdated_to_delete(&counts, budget),
+            ..RoleAction::default()
+        };
+        action.create = self.create_room(&counts).min(expected - updated);
+        action
+    }
+
+    /// Outdated pods to delete: every not-Ready one, and Ready ones (not-Ready first, then
+    /// newest first) while `budget` lasts.
+    fn outdated_to_delete(&self, counts: &Counts<'_>, mut budget: u32) -> Vec<String> {
         let mut outdated: Vec<&PodView> = counts
             .active
             .iter()
@@ -266,23 +272,17 @@ impl RoleInput {
             .filter(|p| p.hash != self.target_hash)
             .collect();
         outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
-        let ready = self.ready(&counts);
-        let mut budget = (outdated.len() as u32 + expected)
-            .saturating_sub(self.desired)
-            .min((ready + self.budgets.max_unavailable).saturating_sub(self.desired));
-        let mut action = RoleAction::default();
+        let mut delete = Vec::new();
         for pod in outdated {
-            if !pod.ready {
-                action.delete.push(pod.name.clone());
-            } else if budget > 0 {
+            if pod.ready {
+                if budget == 0 {
+                    break;
+                }
                 budget -= 1;
-                action.delete.push(pod.name.clone());
-            } else {
-                break;
             }
+            delete.push(pod.name.clone());
         }
-        action.create = self.create_room(&counts).min(expected - updated);
-        action
+        delete
     }
 
     /// Every pod is on the target template, active and Ready, and nothing is pending (and,
