@@ -32,6 +32,8 @@ impl<K: ResourceExt> Observed<K> {
 /// Watches a kind in a namespace from creation until dropped, keeping every event.
 pub struct Recorder<K> {
     events: Arc<Mutex<Vec<Observed<K>>>>,
+    /// Counts recorded events, so waiters wake on each new one.
+    recorded: tokio::sync::watch::Receiver<usize>,
     task: JoinHandle<()>,
 }
 
@@ -44,6 +46,7 @@ where
     pub async fn start(api: Api<K>) -> Self {
         let events = Arc::new(Mutex::new(Vec::new()));
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let (count_tx, recorded) = tokio::sync::watch::channel(0usize);
         let sink = events.clone();
         let task = tokio::spawn(async move {
             let mut synced = Some(synced_tx);
@@ -60,11 +63,55 @@ where
                     }
                     watcher::Event::Init => continue,
                 };
-                sink.lock().expect("recorder lock").push(observed);
+                let count = {
+                    let mut events = sink.lock().expect("recorder lock");
+                    events.push(observed);
+                    events.len()
+                };
+                count_tx.send_replace(count);
             }
         });
         synced_rx.await.expect("recorder watch synced");
-        Self { events, task }
+        Self {
+            events,
+            recorded,
+            task,
+        }
+    }
+
+    /// Waits until the recorder has observed every object `api` lists now, at its listed
+    /// `resourceVersion`: another watch (or a wait) may have seen a change first, and
+    /// assertions over the recording must not run on a stale tail.
+    pub async fn catch_up(&self, api: &Api<K>) {
+        let listed = api
+            .list(&Default::default())
+            .await
+            .expect("list for the recorder");
+        let wanted: Vec<(String, Option<String>)> = listed
+            .items
+            .iter()
+            .map(|o| (o.name_any(), o.resource_version()))
+            .collect();
+        let mut recorded = self.recorded.clone();
+        let caught_up = async {
+            loop {
+                let events = self.events();
+                let missing = wanted.iter().any(|(name, version)| {
+                    !events.iter().any(|e| {
+                        matches!(e, Observed::Applied(o) if o.name_any() == *name && o.resource_version() == *version)
+                    })
+                });
+                if !missing {
+                    return;
+                }
+                if recorded.changed().await.is_err() {
+                    panic!("the recorder's watch ended");
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), caught_up)
+            .await
+            .expect("the recorder observed the listed state within 30 s");
     }
 
     /// Everything observed so far, in order.

@@ -119,6 +119,7 @@ async fn pod_is_scheduled_onto_a_kwok_node_and_becomes_ready_after_the_start_sta
     assert!(node.starts_with("kwok-node-"), "scheduled onto {node}");
 
     // Mechanism, not timing: the pod was observed started-but-not-Ready before Ready.
+    recorder.catch_up(&pods).await;
     let states = recorder.states_of("p");
     let first_ready = states.iter().position(is_ready).expect("Ready observed");
     assert!(

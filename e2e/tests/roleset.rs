@@ -90,6 +90,7 @@ async fn upgrade_and_check_order(
     })
     .await
     .unwrap();
+    recorder.catch_up(&pods).await;
     let start = recorder.events().len();
     let old_hash: BTreeMap<String, String> = pods
         .list(&Default::default())
@@ -120,6 +121,7 @@ async fn upgrade_and_check_order(
     )
     .await
     .unwrap();
+    recorder.catch_up(&pods).await;
 
     // Replay every observed state from the change on.
     let desired: BTreeMap<&str, i32> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
@@ -314,6 +316,7 @@ async fn stateful_roles_keep_one_pod_per_slot_through_an_upgrade() {
             Some(pod.name_any().as_str())
         );
     }
+    recorder.catch_up(&pods).await;
     let start = recorder.events().len();
 
     rolesets
@@ -335,6 +338,7 @@ async fn stateful_roles_keep_one_pod_per_slot_through_an_upgrade() {
     )
     .await
     .unwrap();
+    recorder.catch_up(&pods).await;
     let after = pods.list(&Default::default()).await.unwrap().items;
     assert_eq!(slots(&after), ["0", "1", "2"]);
     assert!(
