@@ -80,18 +80,7 @@ async fn webhook_defaults_are_stored_and_idempotent() {
         }
     })
     .to_string();
-    let out = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=e2e",
-            "-n",
-            ns.name(),
-            "-f",
-            "-",
-        ],
-        Some(&manifest),
-    );
+    let out = e2e::apply(ns.name(), &manifest);
     assert!(out.success, "{}", out.stderr);
 
     let api: Api<StormService> = Api::namespaced(client, ns.name());
@@ -122,18 +111,7 @@ async fn webhook_defaults_are_stored_and_idempotent() {
     assert_eq!(role.replicas, Some(1));
 
     // Re-applying the same manifest changes nothing.
-    let out = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=e2e",
-            "-n",
-            ns.name(),
-            "-f",
-            "-",
-        ],
-        Some(&manifest),
-    );
+    let out = e2e::apply(ns.name(), &manifest);
     assert!(out.success, "{}", out.stderr);
     let again = api.get("defaults").await.unwrap();
     assert_eq!(again.metadata.generation, stored.metadata.generation);

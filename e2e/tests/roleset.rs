@@ -66,6 +66,28 @@ fn hash_of(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
+/// Applies the image `patch` (JSON patch operations) to RoleSet `rs` and waits until it
+/// is Ready at generation 2.
+async fn set_images(rolesets: &Api<RoleSet>, patch: Vec<Value>) {
+    rolesets
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!(patch)).unwrap()),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        rolesets,
+        "rs",
+        "RoleSet rs Ready after the image change",
+        TIMEOUT,
+        |rs| settled(rs, 2),
+    )
+    .await
+    .unwrap();
+}
+
 /// Creates a RoleSet, waits until it is Ready, changes every role's image, waits until it is
 /// Ready again, and checks the order of the roles' rollouts and the budgets on the recorded
 /// pod events. `roles` is in spec order; `expected` is the upgrade order.
@@ -104,23 +126,7 @@ async fn upgrade_and_check_order(
     let patch: Vec<Value> = (0..roles.len())
         .map(|i| json!({"op": "replace", "path": format!("/spec/roles/{i}/template/spec/containers/0/image"), "value": "engine:2"}))
         .collect();
-    rolesets
-        .patch(
-            "rs",
-            &PatchParams::default(),
-            &Patch::Json::<()>(serde_json::from_value(json!(patch)).unwrap()),
-        )
-        .await
-        .unwrap();
-    wait_for(
-        &rolesets,
-        "rs",
-        "RoleSet rs Ready after the image change",
-        TIMEOUT,
-        |rs| settled(rs, 2),
-    )
-    .await
-    .unwrap();
+    set_images(&rolesets, patch).await;
     recorder.catch_up(&pods).await;
 
     // Replay every observed state from the change on.
@@ -319,25 +325,11 @@ async fn stateful_roles_keep_one_pod_per_slot_through_an_upgrade() {
     recorder.catch_up(&pods).await;
     let start = recorder.events().len();
 
-    rolesets
-        .patch(
-            "rs",
-            &PatchParams::default(),
-            &Patch::Json::<()>(serde_json::from_value(json!([
-                {"op": "replace", "path": "/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"}
-            ])).unwrap()),
-        )
-        .await
-        .unwrap();
-    wait_for(
+    set_images(
         &rolesets,
-        "rs",
-        "RoleSet rs Ready after the image change",
-        TIMEOUT,
-        |rs| settled(rs, 2),
+        vec![json!({"op": "replace", "path": "/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"})],
     )
-    .await
-    .unwrap();
+    .await;
     recorder.catch_up(&pods).await;
     let after = pods.list(&Default::default()).await.unwrap().items;
     assert_eq!(slots(&after), ["0", "1", "2"]);
