@@ -24,6 +24,24 @@ pub const LABEL_PODSET_NAME: &str = "stormservice.orchestration.aibrix.ai/podset
 /// Index of a pod in its gang (0 is rank 0).
 pub const LABEL_POD_GROUP_INDEX: &str = "stormservice.orchestration.aibrix.ai/pod-group-index";
 
+/// StormService name, on its ControllerRevisions.
+pub const LABEL_REVISION_OWNER: &str = "name";
+/// Revision hash, on ControllerRevisions.
+pub const LABEL_REVISION_HASH: &str = "controller.kubernetes.io/hash";
+
+/// Hash an in-place update is heading to, on a pod; present while the update is in progress.
+pub const ANNOTATION_IN_PLACE_TARGET_HASH: &str =
+    "stormservice.orchestration.aibrix.ai/in-place-update-target-hash";
+/// JSON of the imageIDs a pod's containers had before an in-place update.
+pub const ANNOTATION_IN_PLACE_STATE: &str =
+    "stormservice.orchestration.aibrix.ai/in-place-update-state";
+/// Why an in-place update has not completed yet.
+pub const ANNOTATION_IN_PLACE_PENDING_REASON: &str =
+    "stormservice.orchestration.aibrix.ai/in-place-update-pending-reason";
+/// Pod condition (and optional readiness gate) that is False while an in-place update runs.
+pub const CONDITION_IN_PLACE_READY: &str =
+    "stormservice.orchestration.aibrix.ai/in-place-update-ready";
+
 /// PodSet finalizer (its pods go first).
 pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";
 /// RoleSet finalizer (ordered deletion of its children).

@@ -4,6 +4,7 @@
 
 pub mod podset;
 pub mod render;
+pub mod revision;
 pub mod roleset;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -33,16 +34,28 @@ pub enum Error {
     /// Adding or removing a finalizer failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
+    /// A ControllerRevision could not be used.
+    #[error(transparent)]
+    Revision(#[from] revision::RevisionError),
     /// Waiting for children to go away (retried soon).
     #[error("waiting: {0}")]
     Waiting(String),
 }
 
+/// A create issued and not yet observed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingCreate {
+    /// Slot of a stateful role's pod.
+    pub slot: Option<u32>,
+    /// Created from the stable template (SPEC §5.2) rather than the target one.
+    pub stable: bool,
+}
+
 /// Creates and deletes issued for one role of one owner and not yet observed.
 #[derive(Clone, Debug, Default)]
 pub struct Expectation {
-    /// Names of created pods not yet seen, with their slot (stateful roles).
-    pub creates: BTreeMap<String, Option<u32>>,
+    /// Names of created pods not yet seen.
+    pub creates: BTreeMap<String, PendingCreate>,
     /// Names of pods whose deletion was issued and which are still seen without a
     /// `deletionTimestamp`.
     pub deletes: BTreeSet<String>,
@@ -50,14 +63,14 @@ pub struct Expectation {
 }
 
 impl Expectation {
-    /// Creates issued and not yet observed.
-    pub fn pending_creates(&self) -> u32 {
-        self.creates.len() as u32
+    /// Creates from the target (`stable` false) or stable template not yet observed.
+    pub fn pending_creates(&self, stable: bool) -> u32 {
+        self.creates.values().filter(|c| c.stable == stable).count() as u32
     }
 
     /// Slots of stateful creates issued and not yet observed.
     pub fn pending_slots(&self) -> BTreeSet<u32> {
-        self.creates.values().flatten().copied().collect()
+        self.creates.values().filter_map(|c| c.slot).collect()
     }
 }
 
@@ -128,10 +141,10 @@ impl Context {
         entry.since.get_or_insert_with(Instant::now);
     }
 
-    /// Records a create (of a pod for `slot`, for stateful roles).
-    pub fn expect_create(&self, owner: &str, role: &str, name: &str, slot: Option<u32>) {
+    /// Records a create.
+    pub fn expect_create(&self, owner: &str, role: &str, name: &str, create: PendingCreate) {
         self.touch(owner, role, |e| {
-            e.creates.insert(name.to_string(), slot);
+            e.creates.insert(name.to_string(), create);
         });
     }
 

@@ -16,24 +16,34 @@ use crate::api::keys::{
 use crate::api::{PodSet, PodSetSpec, RoleSet, RoleSpec};
 
 /// Kubernetes' "safe" alphabet for generated strings (no vowels, no look-alikes).
-const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// Hash of a role's pod template: FNV-1a (32 bit) over its canonical JSON (keys sorted,
 /// no whitespace), in the safe alphabet. Changing this input or encoding is a breaking
 /// change (golden-hash tests pin it).
 pub fn template_hash(template: &PodTemplateSpec) -> String {
     let value = serde_json::to_value(template).expect("a PodTemplateSpec serializes");
-    let mut canonical = String::new();
-    write_canonical(&value, &mut canonical);
     let mut hash: u32 = 0x811c_9dc5;
-    for byte in canonical.bytes() {
+    for byte in canonical_json(&value).bytes() {
         hash ^= u32::from(byte);
         hash = hash.wrapping_mul(0x0100_0193);
     }
+    safe_encode(hash)
+}
+
+/// The decimal digits of `hash` mapped into the safe alphabet (Kubernetes' `SafeEncodeString`).
+fn safe_encode(hash: u32) -> String {
     hash.to_string()
         .bytes()
         .map(|digit| SAFE_ALPHABET[usize::from(digit) % SAFE_ALPHABET.len()] as char)
         .collect()
+}
+
+/// JSON with object keys sorted and no whitespace: the stable input of every hash.
+pub(crate) fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
 }
 
 fn write_canonical(value: &Value, out: &mut String) {

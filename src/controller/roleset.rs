@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -18,7 +19,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use serde_json::json;
 
-use super::{Context, Error, delete_child, is_ready, owned_children};
+use super::revision::role_template;
+use super::{Context, Error, PendingCreate, delete_child, is_ready, owned_children};
 use crate::api::keys::{
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
     LABEL_ROLESET_NAME,
@@ -215,6 +217,22 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             &role.name,
             views.iter().map(|v| (v.name.clone(), v.terminating)),
         );
+        let rollout = role.rollout.as_ref();
+        let partition = rollout
+            .and_then(|r| r.partition)
+            .map_or(0, |p| u32::try_from(p).unwrap_or(0).min(desired));
+        let stable = match rollout.and_then(|r| r.stable_revision.as_deref()) {
+            Some(revision) if partition > 0 => {
+                match stable_role(roleset, role, revision, ctx).await {
+                    Ok(stable) => Some(stable),
+                    Err(e) => {
+                        problems.push(format!("role {}: {e}", role.name));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         inputs.push(RoleInput {
             name: role.name.clone(),
             desired,
@@ -222,18 +240,21 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             target_hash: template_hash(&role.template.clone().unwrap_or_default()),
             pods: views,
             stateful: gang || role.stateful == Some(true),
-            pending_creates: expectation.pending_creates(),
+            pending_creates: expectation.pending_creates(false),
+            pending_stable_creates: expectation.pending_creates(true),
+            partition,
+            stable_hash: stable.as_ref().map(|(_, hash)| hash.clone()),
             pending_slots: expectation.pending_slots(),
             pending_deletes: expectation.deletes.clone(),
         });
-        handled.push(role);
+        handled.push((role, stable));
     }
 
     let strategy = roleset.spec.update_strategy.unwrap_or_default();
     let sequence = upgrade_sequence(
         &handled
             .iter()
-            .map(|r| r.upgrade_order_or_default())
+            .map(|(r, _)| r.upgrade_order_or_default())
             .collect::<Vec<_>>(),
     );
     if strategy == RoleSetUpdateStrategy::Sequential && ctx.first_pass_of_generation(roleset) {
@@ -242,8 +263,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             .map(|&i| {
                 format!(
                     "{}({})",
-                    handled[i].name,
-                    handled[i].upgrade_order_or_default()
+                    handled[i].0.name,
+                    handled[i].0.upgrade_order_or_default()
                 )
             })
             .collect();
@@ -262,8 +283,15 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     for name in &orphan_podsets {
         delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
     }
-    for ((role, input), action) in handled.iter().zip(&inputs).zip(&actions) {
+    for (((role, stable), input), action) in handled.iter().zip(&inputs).zip(&actions) {
         let gang = role.pod_group_size_or_default() > 1;
+        // The role and hash a new child of a slot (None: stateless) is rendered from.
+        let template_for = |slot: Option<u32>, from_stable: bool| match stable {
+            Some((stable_role, hash)) if from_stable || input.stable_slot(slot) => {
+                (stable_role, hash.as_str(), true)
+            }
+            _ => (*role, input.target_hash.as_str(), false),
+        };
         for name in &action.delete {
             ctx.expect_delete(&key, &role.name, name);
             if gang {
@@ -274,14 +302,23 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         }
         if gang {
             for &slot in &action.create_slots {
-                let podset = podset_for_slot(roleset, role, &input.target_hash, slot);
+                let (from, hash, stable) = template_for(Some(slot), false);
+                let podset = podset_for_slot(roleset, from, hash, slot);
                 match podsets_api.create(&PostParams::default(), &podset).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(status)) if status.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }
                 ctx.metrics.api_write("roleset", "create", "podsets");
-                ctx.expect_create(&key, &role.name, &podset.name_any(), Some(slot));
+                ctx.expect_create(
+                    &key,
+                    &role.name,
+                    &podset.name_any(),
+                    PendingCreate {
+                        slot: Some(slot),
+                        stable,
+                    },
+                );
             }
             if !action.is_empty() {
                 tracing::info!(roleset = %roleset.name_any(), role = %role.name, created = action.creates(),
@@ -289,15 +326,18 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             }
             continue;
         }
+        let stateless = |from_stable: bool| {
+            let (from, hash, stable) = template_for(None, from_stable);
+            (None, stable, stateless_pod(roleset, from, hash))
+        };
         let creates = (0..action.create)
-            .map(|_| (None, stateless_pod(roleset, role, &input.target_hash)))
+            .map(|_| stateless(false))
+            .chain((0..action.create_stable).map(|_| stateless(true)))
             .chain(action.create_slots.iter().map(|&slot| {
-                (
-                    Some(slot),
-                    stateful_pod(roleset, role, &input.target_hash, slot),
-                )
+                let (from, hash, stable) = template_for(Some(slot), false);
+                (Some(slot), stable, stateful_pod(roleset, from, hash, slot))
             }));
-        for (slot, pod) in creates {
+        for (slot, stable, pod) in creates {
             let name = match pods_api.create(&PostParams::default(), &pod).await {
                 Ok(created) => created.name_any(),
                 // A stateful pod's name is deterministic: already there means already created.
@@ -307,7 +347,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
                 Err(e) => return Err(e.into()),
             };
             ctx.metrics.api_write("roleset", "create", "pods");
-            ctx.expect_create(&key, &role.name, &name, slot);
+            ctx.expect_create(&key, &role.name, &name, PendingCreate { slot, stable });
         }
         if !action.is_empty() {
             tracing::info!(roleset = %roleset.name_any(), role = %role.name, created = action.creates(),
@@ -318,10 +358,29 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let statuses: Vec<RoleStatus> = handled
         .iter()
         .zip(&inputs)
-        .map(|(role, input)| role_status(role, input))
+        .map(|((role, _), input)| role_status(role, input))
         .collect();
     write_status(roleset, ctx, &statuses, problems).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The role as its stable ControllerRevision holds it (SPEC §5.2), with the stable hash.
+async fn stable_role(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    revision: &str,
+    ctx: &Context,
+) -> Result<(RoleSpec, String), Error> {
+    let api: Api<ControllerRevision> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    let revision = api.get(revision).await?;
+    let template = role_template(&revision, &role.name)?;
+    let hash = template_hash(&template);
+    let stable = RoleSpec {
+        template: Some(template),
+        ..role.clone()
+    };
+    Ok((stable, hash))
 }
 
 fn role_status(role: &RoleSpec, input: &RoleInput) -> RoleStatus {

@@ -1,8 +1,9 @@
 //! Role-level decisions of the RoleSet controller (AIBRIX-REFERENCE §2.3.2–§2.3.4, SPEC §3.4,
 //! §5.1): given each role's spec, its observed pods and the controller's pending
 //! expectations, which pods to create and which to delete — for stateless roles and for
-//! stateful roles (one pod per slot `0..replicas`) updated by `Recreate`, under `Sequential`
-//! or `Parallel` role ordering.
+//! stateful roles (one pod per slot `0..replicas`) updated by `Recreate`, under `Sequential`,
+//! `Parallel` or `Interleave` role ordering, holding back a `partition` of stable pods
+//! (SPEC §5.2).
 //!
 //! Pure: the controller observes, calls [`plan`], and carries the actions out.
 
@@ -49,6 +50,15 @@ pub struct RoleInput {
     /// Stateless role: creates issued but not yet observed (they become pods on the target
     /// template).
     pub pending_creates: u32,
+    /// Stateless role: creates of stable pods issued but not yet observed.
+    pub pending_stable_creates: u32,
+    /// Pods that stay on the stable template (SPEC §5.2), at most `desired`. Stateful roles
+    /// keep slots `< partition` stable; stateless roles keep any `partition` pods.
+    pub partition: u32,
+    /// Hash of the stable template when it is known (the role's `stableRevision` was read):
+    /// stable pods are then exactly the pods on it, and lost ones are recreated from it.
+    /// Without it, any existing pod inside the partition stays and replacements use the target.
+    pub stable_hash: Option<String>,
     /// Stateful role: slots of creates issued but not yet observed.
     pub pending_slots: BTreeSet<u32>,
     /// Pods whose deletion was issued but is not yet observed.
@@ -60,6 +70,8 @@ pub struct RoleInput {
 pub struct RoleAction {
     /// New pods to create on the target template (stateless roles).
     pub create: u32,
+    /// New pods to create on the stable template (stateless roles).
+    pub create_stable: u32,
     /// Slots to create a pod on the target template for (stateful roles).
     pub create_slots: Vec<u32>,
     /// Pods to delete.
@@ -69,12 +81,15 @@ pub struct RoleAction {
 impl RoleAction {
     /// True when nothing is to be done.
     pub fn is_empty(&self) -> bool {
-        self.create == 0 && self.create_slots.is_empty() && self.delete.is_empty()
+        self.create == 0
+            && self.create_stable == 0
+            && self.create_slots.is_empty()
+            && self.delete.is_empty()
     }
 
     /// Pods this action creates.
     pub fn creates(&self) -> u32 {
-        self.create + self.create_slots.len() as u32
+        self.create + self.create_stable + self.create_slots.len() as u32
     }
 }
 
@@ -86,6 +101,8 @@ struct Counts<'a> {
     terminating: u32,
     /// Finished pods still present, to clean up.
     finished: Vec<&'a PodView>,
+    /// Active pods off the target template that the partition keeps.
+    kept: BTreeSet<&'a str>,
 }
 
 impl RoleInput {
@@ -94,6 +111,7 @@ impl RoleInput {
             active: Vec::new(),
             terminating: 0,
             finished: Vec::new(),
+            kept: BTreeSet::new(),
         };
         for pod in &self.pods {
             if pod.terminating || self.pending_deletes.contains(&pod.name) {
@@ -104,7 +122,59 @@ impl RoleInput {
                 counts.finished.push(pod);
             }
         }
+        counts.kept = self.kept_stable(&counts.active);
         counts
+    }
+
+    /// Whether a pod off the target template may stay as a stable pod.
+    fn stable_candidate(&self, pod: &PodView) -> bool {
+        pod.hash != self.target_hash && self.stable_hash.as_ref().is_none_or(|s| &pod.hash == s)
+    }
+
+    /// The stable pods the partition keeps. Stateful: candidates in slots `< partition`.
+    /// Stateless: up to `partition` candidates (less the stable creates in flight), Ready and
+    /// older first.
+    fn kept_stable<'a>(&self, active: &[&'a PodView]) -> BTreeSet<&'a str> {
+        let mut candidates: Vec<&PodView> = active
+            .iter()
+            .copied()
+            .filter(|p| self.stable_candidate(p))
+            .collect();
+        if self.stateful {
+            return candidates
+                .into_iter()
+                .filter(|p| p.slot.is_some_and(|s| s < self.partition))
+                .map(|p| p.name.as_str())
+                .collect();
+        }
+        candidates.sort_by_key(|p| (!p.ready, p.created, p.name.clone()));
+        let room = self.partition.saturating_sub(self.pending_stable_creates) as usize;
+        candidates
+            .into_iter()
+            .take(room)
+            .map(|p| p.name.as_str())
+            .collect()
+    }
+
+    /// A pod to replace: off the target template and not kept by the partition.
+    fn outdated(&self, pod: &PodView, counts: &Counts<'_>) -> bool {
+        pod.hash != self.target_hash && !counts.kept.contains(pod.name.as_str())
+    }
+
+    /// Stable pods wanted (stateless): the partition when the stable template is known, else
+    /// only the stable pods that still exist.
+    fn want_stable(&self, counts: &Counts<'_>) -> u32 {
+        let partition = self.partition.min(self.desired);
+        if self.stable_hash.is_some() {
+            partition
+        } else {
+            partition.min(counts.kept.len() as u32 + self.pending_stable_creates)
+        }
+    }
+
+    /// Pods wanted on the target template (stateless).
+    fn want_target(&self, counts: &Counts<'_>) -> u32 {
+        self.desired - self.want_stable(counts)
     }
 
     /// Creates issued and not yet observed.
@@ -112,7 +182,7 @@ impl RoleInput {
         if self.stateful {
             self.pending_slots.len() as u32
         } else {
-            self.pending_creates
+            self.pending_creates + self.pending_stable_creates
         }
     }
 
@@ -125,13 +195,22 @@ impl RoleInput {
         counts.active.iter().filter(|p| p.ready).count() as u32
     }
 
+    /// Pods on the target template, counting target creates in flight.
     fn updated(&self, counts: &Counts<'_>) -> u32 {
+        let pending = if self.stateful {
+            self.pending_slots
+                .iter()
+                .filter(|&&s| s >= self.partition || self.stable_hash.is_none())
+                .count() as u32
+        } else {
+            self.pending_creates
+        };
         counts
             .active
             .iter()
             .filter(|p| p.hash == self.target_hash)
             .count() as u32
-            + self.pending()
+            + pending
     }
 
     /// Room under `desired + maxSurge`, counting terminating pods (they still hold resources).
@@ -157,7 +236,7 @@ impl RoleInput {
             let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
             let mut ready = self.ready(&counts);
             let mut candidates = counts.active.clone();
-            candidates.sort_by_key(|p| (p.hash == self.target_hash, p.ready, Reverse(p.created)));
+            candidates.sort_by_key(|p| (!self.outdated(p, &counts), p.ready, Reverse(p.created)));
             for pod in candidates {
                 if surplus == 0 {
                     break;
@@ -172,7 +251,14 @@ impl RoleInput {
                 surplus -= 1;
             }
         } else if active < self.desired {
-            action.create = (self.desired - active).min(self.create_room(&counts));
+            let missing = (self.desired - active).min(self.create_room(&counts));
+            let stable = counts.kept.len() as u32 + self.pending_stable_creates;
+            action.create_stable = if self.stable_hash.is_some() {
+                missing.min(self.want_stable(&counts).saturating_sub(stable))
+            } else {
+                0
+            };
+            action.create = missing - action.create_stable;
         }
         action
     }
@@ -186,94 +272,43 @@ impl RoleInput {
         }
         let counts = self.counts();
         let ready = self.ready(&counts);
-        let delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut delete_budget =
+            (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut delete = self.outdated_to_delete(&counts, &mut delete_budget);
+        let want_target = self.want_target(&counts);
+        delete.extend(self.surplus_target_to_delete(&counts, want_target, delete_budget));
         let mut action = RoleAction {
-            delete: self.outdated_to_delete(&counts, delete_budget),
+            delete,
             ..RoleAction::default()
         };
         action.create = self
             .create_room(&counts)
-            .min(self.desired.saturating_sub(self.updated(&counts)));
+            .min(want_target.saturating_sub(self.updated(&counts)));
         action
     }
 
-    /// Pods per Interleave step: `max(1, maxSurge + maxUnavailable)`.
-    fn step_size(&self) -> u32 {
-        (self.budgets.max_surge + self.budgets.max_unavailable).max(1)
-    }
-
-    /// Interleave progress of a stateless role (AIBRIX-REFERENCE §2.3.4 CheckCurrentStep):
-    /// `(all ready, current step)`, steps counted from 1.
-    pub fn current_step(&self) -> (bool, u32) {
-        let counts = self.counts();
-        let size = self.step_size();
-        let updated_ready = counts
-            .active
-            .iter()
-            .filter(|p| p.ready && p.hash == self.target_hash)
-            .count() as u32;
-        let updated_active = self.updated(&counts);
-        let outdated_active = counts.active.len() as u32
-            - counts
-                .active
-                .iter()
-                .filter(|p| p.hash == self.target_hash)
-                .count() as u32;
-        let settled = counts.finished.is_empty() && counts.active.iter().all(|p| p.ready);
-        let mut step = updated_ready.saturating_sub(1) / size + 1;
-        if (settled && updated_ready == size * step)
-            || updated_active > size * step
-            || outdated_active < self.desired.saturating_sub(size * step)
-        {
-            step += 1;
+    /// Target pods above the target share when the partition grew and the stable template is
+    /// known (their places are refilled with stable pods by the next scale): not-Ready first,
+    /// then Ready ones while `budget` lasts.
+    fn surplus_target_to_delete(
+        &self,
+        counts: &Counts<'_>,
+        want_target: u32,
+        mut budget: u32,
+    ) -> Vec<String> {
+        if self.stable_hash.is_none() {
+            return Vec::new();
         }
-        let outdated_ready = counts
-            .active
-            .iter()
-            .any(|p| p.ready && p.hash != self.target_hash);
-        (
-            settled && !outdated_ready && updated_ready >= self.desired,
-            step,
-        )
-    }
-
-    /// Interleave rollout of a stateless role up to `step` batches of updated pods.
-    pub fn rollout_by_step(&self, step: u32) -> RoleAction {
-        let counts = self.counts();
-        let expected = (self.step_size() * step).min(self.desired);
-        let updated = self.updated(&counts);
-        if updated >= expected {
-            return RoleAction::default();
-        }
-        let outdated = counts
-            .active
-            .iter()
-            .filter(|p| p.hash != self.target_hash)
-            .count() as u32;
-        let ready = self.ready(&counts);
-        let budget = (outdated + expected)
-            .saturating_sub(self.desired)
-            .min((ready + self.budgets.max_unavailable).saturating_sub(self.desired));
-        let mut action = RoleAction {
-            delete: self.outdated_to_delete(&counts, budget),
-            ..RoleAction::default()
-        };
-        action.create = self.create_room(&counts).min(expected - updated);
-        action
-    }
-
-    /// Outdated pods to delete: every not-Ready one, and Ready ones (not-Ready first, then
-    /// newest first) while `budget` lasts.
-    fn outdated_to_delete(&self, counts: &Counts<'_>, mut budget: u32) -> Vec<String> {
-        let mut outdated: Vec<&PodView> = counts
+        let mut target: Vec<&PodView> = counts
             .active
             .iter()
             .copied()
-            .filter(|p| p.hash != self.target_hash)
+            .filter(|p| p.hash == self.target_hash)
             .collect();
-        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        let surplus = (target.len() as u32 + self.pending_creates).saturating_sub(want_target);
+        target.sort_by_key(|p| (p.ready, Reverse(p.created)));
         let mut delete = Vec::new();
-        for pod in outdated {
+        for pod in target.into_iter().take(surplus as usize) {
             if pod.ready {
                 if budget == 0 {
                     break;
@@ -285,8 +320,95 @@ impl RoleInput {
         delete
     }
 
-    /// Every pod is on the target template, active and Ready, and nothing is pending (and,
-    /// for stateful roles, every slot holds exactly one pod).
+    /// Pods per Interleave step: `max(1, maxSurge + maxUnavailable)`.
+    fn step_size(&self) -> u32 {
+        (self.budgets.max_surge + self.budgets.max_unavailable).max(1)
+    }
+
+    /// Interleave progress of a stateless role (AIBRIX-REFERENCE §2.3.4 CheckCurrentStep):
+    /// `(all ready, current step)`, steps counted from 1. Kept stable pods are outside the
+    /// steps: the role moves `want_target` pods.
+    pub fn current_step(&self) -> (bool, u32) {
+        let counts = self.counts();
+        let size = self.step_size();
+        let want_target = self.want_target(&counts);
+        let updated_ready = counts
+            .active
+            .iter()
+            .filter(|p| p.ready && p.hash == self.target_hash)
+            .count() as u32;
+        let updated_active = self.updated(&counts);
+        let outdated_active = counts
+            .active
+            .iter()
+            .filter(|p| self.outdated(p, &counts))
+            .count() as u32;
+        let settled = counts.finished.is_empty() && counts.active.iter().all(|p| p.ready);
+        let mut step = updated_ready.saturating_sub(1) / size + 1;
+        if (settled && updated_ready == size * step)
+            || updated_active > size * step
+            || outdated_active < want_target.saturating_sub(size * step)
+        {
+            step += 1;
+        }
+        (
+            settled && outdated_active == 0 && updated_ready >= want_target,
+            step,
+        )
+    }
+
+    /// Interleave rollout of a stateless role up to `step` batches of updated pods.
+    pub fn rollout_by_step(&self, step: u32) -> RoleAction {
+        let counts = self.counts();
+        let want_target = self.want_target(&counts);
+        let expected = (self.step_size() * step).min(want_target);
+        let updated = self.updated(&counts);
+        if updated >= expected {
+            return RoleAction::default();
+        }
+        let outdated = counts
+            .active
+            .iter()
+            .filter(|p| self.outdated(p, &counts))
+            .count() as u32;
+        let ready = self.ready(&counts);
+        let mut budget = (outdated + expected)
+            .saturating_sub(want_target)
+            .min((ready + self.budgets.max_unavailable).saturating_sub(self.desired));
+        let mut action = RoleAction {
+            delete: self.outdated_to_delete(&counts, &mut budget),
+            ..RoleAction::default()
+        };
+        action.create = self.create_room(&counts).min(expected - updated);
+        action
+    }
+
+    /// Outdated pods to delete: every not-Ready one, and Ready ones (not-Ready first, then
+    /// newest first) while `budget` lasts (what is left of it stays in `budget`).
+    fn outdated_to_delete(&self, counts: &Counts<'_>, budget: &mut u32) -> Vec<String> {
+        let mut outdated: Vec<&PodView> = counts
+            .active
+            .iter()
+            .copied()
+            .filter(|p| self.outdated(p, counts))
+            .collect();
+        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        let mut delete = Vec::new();
+        for pod in outdated {
+            if pod.ready {
+                if *budget == 0 {
+                    break;
+                }
+                *budget -= 1;
+            }
+            delete.push(pod.name.clone());
+        }
+        delete
+    }
+
+    /// Every pod is where it belongs — on the target template or kept stable by the partition,
+    /// in the wanted shares — active and Ready, and nothing is pending (and, for stateful
+    /// roles, every slot holds exactly one pod).
     pub fn all_ready(&self) -> bool {
         let counts = self.counts();
         let one_per_slot = !self.stateful || {
@@ -294,7 +416,11 @@ impl RoleInput {
             slots.len() == counts.active.len()
                 && slots.iter().all(|s| s.is_some_and(|s| s < self.desired))
         };
+        let shares = self.stateful
+            || self.stable_hash.is_none()
+            || counts.kept.len() as u32 == self.want_stable(&counts);
         one_per_slot
+            && shares
             && self.pending() == 0
             && counts.terminating == 0
             && counts.finished.is_empty()
@@ -302,7 +428,21 @@ impl RoleInput {
             && counts
                 .active
                 .iter()
-                .all(|p| p.ready && p.hash == self.target_hash)
+                .all(|p| p.ready && self.slot_accepts(p, &counts))
+    }
+
+    /// Whether a pod may stay where it is: kept by the partition, or on the target template —
+    /// except, for a stateful role with a known stable template, inside the partition.
+    fn slot_accepts(&self, pod: &PodView, counts: &Counts<'_>) -> bool {
+        if counts.kept.contains(pod.name.as_str()) {
+            return true;
+        }
+        pod.hash == self.target_hash && !(self.stateful && self.stable_slot(pod.slot))
+    }
+
+    /// A stateful slot whose pod is created from the stable template.
+    pub fn stable_slot(&self, slot: Option<u32>) -> bool {
+        self.stable_hash.is_some() && slot.is_some_and(|s| s < self.partition)
     }
 }
 
@@ -321,19 +461,30 @@ impl RoleInput {
     }
 
     /// Stateful scale (AIBRIX-REFERENCE §2.3.5): remove finished pods and pods outside the
-    /// slots, fill empty slots within `desired + maxSurge`, and settle slots holding two pods
-    /// (a finished surge keeps the updated Ready pod).
+    /// slots (Ready ones only while more than `desired - maxUnavailable` stay Ready), fill
+    /// empty slots within `desired + maxSurge`, and settle slots holding two pods (a finished
+    /// surge keeps the updated Ready pod).
     fn scale_slots(&self) -> RoleAction {
         let counts = self.counts();
-        let (slots, invalid) = self.slots(&counts);
+        let (slots, mut invalid) = self.slots(&counts);
         let mut action = RoleAction::default();
-        action.delete.extend(
-            counts
-                .finished
-                .iter()
-                .chain(&invalid)
-                .map(|p| p.name.clone()),
-        );
+        action
+            .delete
+            .extend(counts.finished.iter().map(|p| p.name.clone()));
+        // Availability of a stateful role counts slots: a second pod in a slot adds none.
+        let mut ready = slots.iter().filter(|pods| pods.iter().any(|p| p.ready)).count() as u32
+            + invalid.iter().filter(|p| p.ready).count() as u32;
+        let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
+        invalid.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        for pod in invalid {
+            if pod.ready {
+                if ready <= min_available {
+                    break;
+                }
+                ready -= 1;
+            }
+            action.delete.push(pod.name.clone());
+        }
         let mut room = self.create_room(&counts);
         for (slot, pods) in slots.iter().enumerate() {
             let slot = slot as u32;
@@ -344,7 +495,7 @@ impl RoleInput {
             if pods.len() < 2 {
                 continue;
             }
-            let updated = |p: &&&PodView| p.hash == self.target_hash;
+            let updated = |p: &&&PodView| self.slot_accepts(p, &counts);
             let keep_updated_ready = pods
                 .iter()
                 .filter(|p| updated(p) && p.ready)
@@ -378,7 +529,7 @@ impl RoleInput {
         let mut action = RoleAction::default();
         for (slot, pods) in slots.iter().enumerate() {
             let [pod] = pods.as_slice() else { continue };
-            if pod.hash == self.target_hash || self.pending_slots.contains(&(slot as u32)) {
+            if self.slot_accepts(pod, &counts) || self.pending_slots.contains(&(slot as u32)) {
                 continue;
             }
             if !pod.ready {
@@ -488,6 +639,9 @@ mod tests {
             pods,
             stateful: false,
             pending_creates: 0,
+            pending_stable_creates: 0,
+            partition: 0,
+            stable_hash: None,
             pending_slots: BTreeSet::new(),
             pending_deletes: BTreeSet::new(),
         }
@@ -575,13 +729,20 @@ mod tests {
         );
         r.stateful = true;
         let action = r.scale();
-        assert_eq!(action.delete, ["x"], "a pod outside the slots goes");
+        assert!(
+            action.delete.is_empty(),
+            "the Ready stray stays while it keeps the role at minAvailable"
+        );
         assert_eq!(
             action.create_slots,
             [1],
             "the stray still holds room until it is gone"
         );
-        r.pods.retain(|p| p.name != "x");
+        r.pods.push(slot_pod("b", "new", true, 1));
+        let action = r.scale();
+        assert_eq!(action.delete, ["x"], "a pod outside the slots goes");
+        assert!(action.create_slots.is_empty(), "no room beyond desired");
+        r.pods.retain(|p| p.name != "x" && p.name != "b");
         r.pending_slots = [1].into();
         assert_eq!(
             r.scale().create_slots,
@@ -620,6 +781,81 @@ mod tests {
             ..r
         };
         assert_eq!(r2.scale().delete, ["a0"]);
+    }
+
+    #[test]
+    fn a_stateless_partition_keeps_stable_pods_and_recreates_lost_ones_from_the_stable_template() {
+        let mut r = role(
+            3,
+            0,
+            1,
+            vec![
+                pod("a", "stable", true),
+                pod("b", "stable", true),
+                pod("c", "stable", true),
+            ],
+        );
+        r.partition = 2;
+        r.stable_hash = Some("stable".into());
+        let first = r.rollout();
+        assert_eq!(first.delete.len(), 1, "only the pod above the partition moves");
+        // Its replacement is on the target; the role is done with two stable pods.
+        r.pods.retain(|p| p.name != first.delete[0]);
+        r.pods.push(pod("n", "new", true));
+        assert!(r.rollout().is_empty());
+        assert!(r.all_ready(), "done at the partition");
+        // A stable pod dies: it comes back from the stable template.
+        r.pods.retain(|p| p.name != "a");
+        let refill = r.scale();
+        assert_eq!((refill.create_stable, refill.create), (1, 0));
+        r.pending_stable_creates = 1;
+        assert!(r.scale().is_empty(), "the stable create in flight is counted");
+        // Without a known stable template, the replacement uses the target template.
+        r.pending_stable_creates = 0;
+        r.stable_hash = None;
+        let refill = r.scale();
+        assert_eq!((refill.create_stable, refill.create), (0, 1));
+    }
+
+    #[test]
+    fn a_grown_partition_gives_target_pods_back_to_the_stable_template() {
+        let mut r = role(
+            2,
+            0,
+            1,
+            vec![pod("a", "stable", true), pod("b", "new", true)],
+        );
+        r.partition = 2;
+        r.stable_hash = Some("stable".into());
+        assert!(!r.all_ready());
+        assert_eq!(r.rollout().delete, ["b"]);
+        r.stable_hash = None;
+        assert!(r.rollout().is_empty(), "without the stable template nothing moves");
+        assert!(r.all_ready());
+    }
+
+    #[test]
+    fn a_stateful_partition_keeps_the_low_slots_stable() {
+        let mut r = role(
+            3,
+            0,
+            1,
+            vec![
+                slot_pod("s0", "stable", true, 0),
+                slot_pod("s1", "new", true, 1),
+                slot_pod("s2", "stable", true, 2),
+            ],
+        );
+        r.stateful = true;
+        r.partition = 2;
+        r.stable_hash = Some("stable".into());
+        // Slot 1 goes back to stable and slot 2 to the target; one unavailable at a time.
+        assert_eq!(r.rollout().delete, ["s1"]);
+        r.pods[1] = slot_pod("s1", "stable", true, 1);
+        assert_eq!(r.rollout().delete, ["s2"]);
+        r.pods[2] = slot_pod("s2", "new", true, 2);
+        assert!(r.rollout().is_empty() && r.all_ready());
+        assert!(r.stable_slot(Some(1)) && !r.stable_slot(Some(2)));
     }
 
     #[test]
@@ -668,15 +904,15 @@ mod tests {
 
     fn arb_pod(i: usize) -> impl Strategy<Value = PodView> {
         (
-            any::<bool>(),
+            prop_oneof![Just("new"), Just("old"), Just("stable")],
             any::<bool>(),
             any::<bool>(),
             any::<bool>(),
             0i64..5,
         )
-            .prop_map(move |(new, running, terminating, ready, created)| PodView {
+            .prop_map(move |(hash, running, terminating, ready, created)| PodView {
                 name: format!("p{i}"),
-                hash: if new { "new" } else { "old" }.into(),
+                hash: hash.into(),
                 running,
                 terminating,
                 ready: ready && running && !terminating,
@@ -685,6 +921,8 @@ mod tests {
             })
     }
 
+    /// Roles of either kind, with stale observations (pending creates and deletes) and a
+    /// partition with or without a known stable template.
     fn arb_role() -> impl Strategy<Value = RoleInput> {
         (0u32..6, 0u32..3, 0u32..3, 0usize..9, 0u32..3)
             .prop_flat_map(|(desired, surge, unavailable, n, pending)| {
@@ -693,14 +931,27 @@ mod tests {
                     Just((desired, surge, unavailable, pending)),
                     pods,
                     proptest::collection::btree_set(0usize..9, 0..3),
+                    (any::<bool>(), 0..=desired, any::<bool>(), 0u32..2),
+                    proptest::collection::btree_set(0..desired.max(1), 0..2),
                 )
             })
-            .prop_map(|((desired, surge, unavailable, pending), pods, deleting)| {
-                let mut r = role(desired, surge, unavailable, pods);
-                r.pending_creates = pending;
-                r.pending_deletes = deleting.into_iter().map(|i| format!("p{i}")).collect();
-                r
-            })
+            .prop_map(
+                |((desired, surge, unavailable, pending), pods, deleting, partition, slots)| {
+                    let (stateful, partition, stable_known, pending_stable) = partition;
+                    let mut r = role(desired, surge, unavailable, pods);
+                    r.stateful = stateful;
+                    r.partition = partition;
+                    r.stable_hash = stable_known.then(|| "stable".into());
+                    if stateful {
+                        r.pending_slots = slots;
+                    } else {
+                        r.pending_creates = pending;
+                        r.pending_stable_creates = pending_stable.min(partition);
+                    }
+                    r.pending_deletes = deleting.into_iter().map(|i| format!("p{i}")).collect();
+                    r
+                },
+            )
     }
 
     /// Applies actions the way the cluster would once observed: deleted pods disappear (as
@@ -708,10 +959,34 @@ mod tests {
     fn observe(role: &RoleInput, action: &RoleAction) -> RoleInput {
         let mut next = role.clone();
         next.pending_creates += action.create;
+        next.pending_stable_creates += action.create_stable;
         next.pending_slots
             .extend(action.create_slots.iter().copied());
         next.pending_deletes.extend(action.delete.iter().cloned());
         next
+    }
+
+    /// Available replicas once `deleted` are gone: Ready pods, or for a stateful role Ready
+    /// slots (plus Ready pods outside the slots).
+    fn available(r: &RoleInput, deleted: &[String]) -> u32 {
+        let ready: Vec<&PodView> = r
+            .pods
+            .iter()
+            .filter(|p| p.ready && !p.terminating && !r.pending_deletes.contains(&p.name))
+            .filter(|p| !deleted.contains(&p.name))
+            .collect();
+        if !r.stateful {
+            return ready.len() as u32;
+        }
+        let slots: BTreeSet<u32> = ready
+            .iter()
+            .filter_map(|p| p.slot.filter(|s| *s < r.desired))
+            .collect();
+        slots.len() as u32
+            + ready
+                .iter()
+                .filter(|p| p.slot.is_none_or(|s| s >= r.desired))
+                .count() as u32
     }
 
     proptest! {
@@ -730,14 +1005,33 @@ mod tests {
             let limit = r.desired + r.budgets.max_surge;
             prop_assert!(action.creates() == 0 || before + action.creates() <= limit,
                 "created {} with {before} present, limit {limit}", action.creates());
-            let ready_deleted = action.delete.iter()
-                .filter(|n| r.pods.iter().any(|p| &p.name == *n && p.ready))
-                .count() as u32;
-            let ready = r.ready(&counts);
+            let ready = available(&r, &[]);
+            let after = available(&r, &action.delete);
             let min_available = r.desired.saturating_sub(r.budgets.max_unavailable);
-            prop_assert!(ready_deleted == 0 || ready - ready_deleted >= min_available,
-                "deleted {ready_deleted} Ready of {ready}, minAvailable {min_available}");
+            prop_assert!(after >= ready || after >= min_available,
+                "deletes {:?} leave {after} of {ready} available, minAvailable {min_available}", action.delete);
             prop_assert!(action.delete.iter().all(|n| !r.pending_deletes.contains(n)), "no double delete");
+        }
+
+        /// SPEC §5.2: rollouts never delete a pod the partition keeps, and never create more
+        /// target pods than the target share.
+        #[test]
+        fn rollouts_respect_the_partition(r in arb_role(), step in 1u32..5) {
+            let counts = r.counts();
+            for action in [r.rollout(), r.rollout_by_step(step)] {
+                if r.stateful && action != r.rollout() {
+                    continue;
+                }
+                for name in &action.delete {
+                    prop_assert!(!counts.kept.contains(name.as_str()), "deleted kept stable pod {name}");
+                }
+                if !r.stateful {
+                    let want = r.want_target(&counts);
+                    prop_assert!(action.create == 0 || r.updated(&counts) + action.create <= want,
+                        "created {} target pods with {} updated, share {want}", action.create, r.updated(&counts));
+                    prop_assert_eq!(action.create_stable, 0, "stable pods come from scale only");
+                }
+            }
         }
 
         /// Idempotence: with the expectations of its own actions recorded, the plan asks for
