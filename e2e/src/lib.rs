@@ -17,6 +17,7 @@ pub mod kubelet;
 pub mod network;
 pub mod operator;
 mod recorder;
+pub mod roles;
 mod shared;
 
 use std::fmt::Debug;
@@ -225,6 +226,52 @@ where
         Err(_) => bail!(
             "timed out after {timeout:?} waiting for {what}; last observed state of {name}:\n{}",
             last.map_or("<absent>".into(), |o| format!("{o:#?}"))
+        ),
+    }
+}
+
+/// Waits until `condition` holds for every object of `api` (a namespaced list), watching
+/// them; fails after `timeout` with `what` and the names last observed.
+pub async fn wait_for_all<K>(
+    api: &Api<K>,
+    what: &str,
+    timeout: Duration,
+    condition: impl Fn(&[K]) -> bool,
+) -> Result<Vec<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut objects: std::collections::BTreeMap<String, K> = Default::default();
+    let mut listed = false;
+    let stream = watcher(api.clone(), watcher::Config::default());
+    let watched = async {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.try_next().await? {
+            match event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                    objects.insert(o.meta().name.clone().unwrap_or_default(), o);
+                }
+                watcher::Event::Delete(o) => {
+                    objects.remove(o.meta().name.as_deref().unwrap_or_default());
+                }
+                watcher::Event::Init => {
+                    objects.clear();
+                    listed = false;
+                }
+                watcher::Event::InitDone => listed = true,
+            }
+            let all: Vec<K> = objects.values().cloned().collect();
+            if listed && condition(&all) {
+                return Ok::<_, anyhow::Error>(all);
+            }
+        }
+        bail!("watch ended")
+    };
+    match tokio::time::timeout(timeout, watched).await {
+        Ok(result) => result.with_context(|| format!("waiting for {what}")),
+        Err(_) => bail!(
+            "timed out after {timeout:?} waiting for {what}; last observed: {:?}",
+            objects.keys().collect::<Vec<_>>()
         ),
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use e2e::roles::{hash_of, is_ready, role_of, roleset, settled};
 use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -13,58 +14,6 @@ use serde_json::{Value, json};
 use squall::api::RoleSet;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-fn roleset(name: &str, roles: &[(&str, i32, Option<i32>)], image: &str) -> RoleSet {
-    let roles: Vec<Value> = roles
-        .iter()
-        .map(|(role, replicas, order)| {
-            let mut r = json!({"name": role, "replicas": replicas,
-                "template": {"spec": {"containers": [{"name": "engine", "image": image}]}}});
-            if let Some(order) = order {
-                r["upgradeOrder"] = json!(order);
-            }
-            r
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
-        "metadata": {"name": name}, "spec": {"roles": roles}
-    }))
-    .unwrap()
-}
-
-fn settled(rs: Option<&RoleSet>, generation: i64) -> bool {
-    let Some(rs) = rs else { return false };
-    let Some(status) = rs.status.as_ref() else {
-        return false;
-    };
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    status.observed_generation == Some(generation)
-        && rs.metadata.generation == Some(generation)
-        && ready
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn role_of(pod: &Pod) -> String {
-    pod.labels().get("role-name").cloned().unwrap_or_default()
-}
-
-fn hash_of(pod: &Pod) -> String {
-    pod.labels()
-        .get("role-template-hash")
-        .cloned()
-        .unwrap_or_default()
-}
 
 /// Applies the image `patch` (JSON patch operations) to RoleSet `rs` and waits until it
 /// is Ready at generation 2.

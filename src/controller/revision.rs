@@ -226,9 +226,7 @@ mod tests {
         let data = revision_data(&template(1, "v1"));
         let hash = revision_hash(&data, 0);
         assert_eq!(hash.len(), HASH_LEN);
-        assert!(
-            hash.bytes().all(|b| SAFE_ALPHABET.contains(&b))
-        );
+        assert!(hash.bytes().all(|b| SAFE_ALPHABET.contains(&b)));
         assert_ne!(hash, revision_hash(&data, 1));
         // Golden: a change here renames every revision (a breaking change).
         assert_eq!(hash, "fvvdj6");

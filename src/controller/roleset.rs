@@ -169,6 +169,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             roleset,
             ctx,
             &[],
+            &[],
             vec![format!("invalid spec: {}", report.error_message())],
         )
         .await?;
@@ -360,7 +361,12 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         .zip(&inputs)
         .map(|((role, _), input)| role_status(role, input))
         .collect();
-    write_status(roleset, ctx, &statuses, problems).await?;
+    let not_ready: Vec<&str> = inputs
+        .iter()
+        .filter(|input| !input.all_ready())
+        .map(|input| input.name.as_str())
+        .collect();
+    write_status(roleset, ctx, &statuses, &not_ready, problems).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -409,6 +415,7 @@ async fn write_status(
     roleset: &RoleSet,
     ctx: &Context,
     roles: &[RoleStatus],
+    not_ready: &[&str],
     problems: Vec<String>,
 ) -> Result<(), Error> {
     let api: Api<RoleSet> =
@@ -416,28 +423,12 @@ async fn write_status(
     let fresh = api.get_status(&roleset.name_any()).await?;
     let old = fresh.status.clone().unwrap_or_default();
     let generation = roleset.metadata.generation;
-    let desired = |name: &str| {
-        roleset
-            .spec
-            .roles
-            .iter()
-            .flatten()
-            .find(|r| r.name == name)
-            .map_or(0, RoleSpec::replicas_or_default)
-    };
-    let not_ready: Vec<&str> = roles
-        .iter()
-        .filter(|r| {
-            r.ready_replicas < desired(&r.name) || r.updated_ready_replicas < desired(&r.name)
-        })
-        .map(|r| r.name.as_str())
-        .collect();
     let ready = if not_ready.is_empty() && problems.is_empty() {
         condition(
             "Ready",
             "True",
             "RoleSetReady",
-            "every role is updated and ready".into(),
+            "every role is updated (up to its partition) and ready".into(),
             generation,
         )
     } else if problems.is_empty() {

@@ -272,8 +272,7 @@ impl RoleInput {
         }
         let counts = self.counts();
         let ready = self.ready(&counts);
-        let mut delete_budget =
-            (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
         let mut delete = self.outdated_to_delete(&counts, &mut delete_budget);
         let want_target = self.want_target(&counts);
         delete.extend(self.surplus_target_to_delete(&counts, want_target, delete_budget));
@@ -472,7 +471,10 @@ impl RoleInput {
             .delete
             .extend(counts.finished.iter().map(|p| p.name.clone()));
         // Availability of a stateful role counts slots: a second pod in a slot adds none.
-        let mut ready = slots.iter().filter(|pods| pods.iter().any(|p| p.ready)).count() as u32
+        let mut ready = slots
+            .iter()
+            .filter(|pods| pods.iter().any(|p| p.ready))
+            .count() as u32
             + invalid.iter().filter(|p| p.ready).count() as u32;
         let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
         invalid.sort_by_key(|p| (p.ready, Reverse(p.created)));
@@ -798,7 +800,11 @@ mod tests {
         r.partition = 2;
         r.stable_hash = Some("stable".into());
         let first = r.rollout();
-        assert_eq!(first.delete.len(), 1, "only the pod above the partition moves");
+        assert_eq!(
+            first.delete.len(),
+            1,
+            "only the pod above the partition moves"
+        );
         // Its replacement is on the target; the role is done with two stable pods.
         r.pods.retain(|p| p.name != first.delete[0]);
         r.pods.push(pod("n", "new", true));
@@ -809,7 +815,10 @@ mod tests {
         let refill = r.scale();
         assert_eq!((refill.create_stable, refill.create), (1, 0));
         r.pending_stable_creates = 1;
-        assert!(r.scale().is_empty(), "the stable create in flight is counted");
+        assert!(
+            r.scale().is_empty(),
+            "the stable create in flight is counted"
+        );
         // Without a known stable template, the replacement uses the target template.
         r.pending_stable_creates = 0;
         r.stable_hash = None;
@@ -830,7 +839,10 @@ mod tests {
         assert!(!r.all_ready());
         assert_eq!(r.rollout().delete, ["b"]);
         r.stable_hash = None;
-        assert!(r.rollout().is_empty(), "without the stable template nothing moves");
+        assert!(
+            r.rollout().is_empty(),
+            "without the stable template nothing moves"
+        );
         assert!(r.all_ready());
     }
 
@@ -910,15 +922,17 @@ mod tests {
             any::<bool>(),
             0i64..5,
         )
-            .prop_map(move |(hash, running, terminating, ready, created)| PodView {
-                name: format!("p{i}"),
-                hash: hash.into(),
-                running,
-                terminating,
-                ready: ready && running && !terminating,
-                created,
-                slot: Some(i as u32 % 4),
-            })
+            .prop_map(
+                move |(hash, running, terminating, ready, created)| PodView {
+                    name: format!("p{i}"),
+                    hash: hash.into(),
+                    running,
+                    terminating,
+                    ready: ready && running && !terminating,
+                    created,
+                    slot: Some(i as u32 % 4),
+                },
+            )
     }
 
     /// Roles of either kind, with stale observations (pending creates and deletes) and a
