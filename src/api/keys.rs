@@ -24,6 +24,12 @@ pub const LABEL_PODSET_NAME: &str = "stormservice.orchestration.aibrix.ai/podset
 /// Index of a pod in its gang (0 is rank 0).
 pub const LABEL_POD_GROUP_INDEX: &str = "stormservice.orchestration.aibrix.ai/pod-group-index";
 
+/// Per-role ControllerRevision number, on pods.
+pub const LABEL_ROLE_REVISION: &str = "stormservice.orchestration.aibrix.ai/role-revision";
+/// Per-role ControllerRevision name, on pods.
+pub const LABEL_ROLE_REVISION_NAME: &str =
+    "stormservice.orchestration.aibrix.ai/role-revision-name";
+
 /// StormService name, on its ControllerRevisions.
 pub const LABEL_REVISION_OWNER: &str = "name";
 /// Revision hash, on ControllerRevisions.

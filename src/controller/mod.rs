@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{finalizer, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::keys::{LABEL_PODSET_NAME, LABEL_ROLESET_NAME};
+use crate::api::keys::{FIELD_MANAGER, LABEL_PODSET_NAME, LABEL_ROLESET_NAME};
 use crate::api::{PodSet, RoleSet};
 use crate::metrics::Metrics;
 
@@ -80,6 +81,7 @@ pub struct Context {
     pub client: Client,
     /// Metrics (API writes are counted).
     pub metrics: Arc<Metrics>,
+    events: Recorder,
     expectations: Mutex<HashMap<(String, String), Expectation>>,
     logged_generations: Mutex<HashSet<(String, i64)>>,
 }
@@ -88,6 +90,7 @@ impl Context {
     /// A context for `client`.
     pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
         Self {
+            events: Recorder::new(client.clone(), FIELD_MANAGER.into()),
             client,
             metrics,
             expectations: Mutex::default(),
@@ -162,6 +165,37 @@ impl Context {
             .lock()
             .expect("expectations lock")
             .retain(|(o, _), _| *o != key);
+    }
+
+    /// Publishes an event about `object`, optionally naming a `related` object
+    /// (events.k8s.io; repeats of the same reason about the same objects become a series). A
+    /// failure is logged, never fails the reconcile: events are informative.
+    pub async fn publish<K>(
+        &self,
+        controller: &str,
+        object: &K,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: related,
+        };
+        match self.events.publish(&event, &object.object_ref(&())).await {
+            Ok(()) => self.metrics.api_write(controller, "create", "events"),
+            Err(error) => tracing::warn!(%error, reason, "publishing an event failed"),
+        }
     }
 
     /// True the first time a generation of `owner` is reconciled (to log once per rollout).

@@ -2,26 +2,28 @@
 //! (`crate::planner::roleset`) what to create and delete, carries it out, and writes status.
 //!
 //! Roles are plain pods (`podGroupSize` ≤ 1; stateless, or stateful with one pod per slot)
-//! or PodSets (one per slot), updated by `Recreate` (multi-node roles always recreate), under
-//! `Sequential`, `Parallel` and `Interleave` ordering. `InPlaceIfPossible` on plain-pod roles
-//! is not supported yet: it is reported through the `ReplicaFailure` condition and the role
-//! is left alone.
+//! or PodSets (one per slot), updated by `Recreate` or — plain-pod roles only —
+//! `InPlaceIfPossible` (image-only changes patched into the live pods; anything else falls
+//! back to recreating, with an `InPlaceFallback` event), under `Sequential`, `Parallel` and
+//! `Interleave` ordering, holding back a role's `rollout.partition` (SPEC §5.2).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::revision::role_template;
 use super::{Context, Error, PendingCreate, delete_child, is_ready, owned_children};
 use crate::api::keys::{
+    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
     LABEL_ROLESET_NAME,
 };
@@ -32,7 +34,10 @@ use crate::api::{
 };
 use crate::controller::render::{podset_for_slot, stateful_pod, stateless_pod, template_hash};
 use crate::planner::budget::{Budget, resolve_fenceposts};
-use crate::planner::roleset::{PodView, RoleInput, plan, upgrade_sequence};
+use crate::planner::in_place::{
+    complete_patch, eligibility, has_readiness_gate, pending_reason, start_patch,
+};
+use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, upgrade_sequence};
 
 /// Reconciles one RoleSet.
 pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -118,10 +123,9 @@ fn podset_view(podset: &PodSet) -> PodView {
             .creation_timestamp
             .as_ref()
             .map_or(0, |t| t.0.as_second()),
-        slot: podset
-            .labels()
-            .get(LABEL_ROLE_REPLICA_INDEX)
-            .and_then(|i| i.parse().ok()),
+        slot: slot_of(podset.labels()),
+        in_place_target: None,
+        in_place_pending: None,
     }
 }
 
@@ -143,23 +147,20 @@ fn pod_view(pod: &Pod) -> PodView {
             .creation_timestamp
             .as_ref()
             .map_or(0, |t| t.0.as_second()),
-        slot: pod
-            .labels()
-            .get(LABEL_ROLE_REPLICA_INDEX)
-            .and_then(|i| i.parse().ok()),
+        slot: slot_of(pod.labels()),
+        in_place_target: in_place_target(pod).cloned(),
+        in_place_pending: in_place_target(pod).and_then(|_| pending_reason(pod)),
     }
 }
 
-/// Why a role cannot be handled yet (None: it can).
-fn unsupported(role: &RoleSpec) -> Option<&'static str> {
-    // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
-    if role.pod_group_size_or_default() == 1
-        && role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible
-    {
-        Some("InPlaceIfPossible is not supported yet")
-    } else {
-        None
-    }
+fn slot_of(labels: &std::collections::BTreeMap<String, String>) -> Option<u32> {
+    labels
+        .get(LABEL_ROLE_REPLICA_INDEX)
+        .and_then(|i| i.parse().ok())
+}
+
+fn in_place_target(pod: &Pod) -> Option<&String> {
+    pod.annotations().get(ANNOTATION_IN_PLACE_TARGET_HASH)
 }
 
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
@@ -185,10 +186,6 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let mut inputs = Vec::new();
     let mut handled = Vec::new();
     for role in &roles {
-        if let Some(reason) = unsupported(role) {
-            problems.push(format!("role {}: {reason}", role.name));
-            continue;
-        }
         let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
         let strategy = role.update_strategy.as_ref();
         let budget = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
@@ -234,11 +231,20 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             }
             _ => None,
         };
+        let target_hash = template_hash(&role.template.clone().unwrap_or_default());
+        // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
+        let in_place =
+            !gang && role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible;
+        let ineligible = if in_place {
+            ineligible_pods(roleset, role, &target_hash, &role_pods)
+        } else {
+            BTreeMap::new()
+        };
         inputs.push(RoleInput {
             name: role.name.clone(),
             desired,
             budgets,
-            target_hash: template_hash(&role.template.clone().unwrap_or_default()),
+            target_hash,
             pods: views,
             stateful: gang || role.stateful == Some(true),
             pending_creates: expectation.pending_creates(false),
@@ -247,6 +253,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             stable_hash: stable.as_ref().map(|(_, hash)| hash.clone()),
             pending_slots: expectation.pending_slots(),
             pending_deletes: expectation.deletes.clone(),
+            in_place,
+            ineligible,
         });
         handled.push((role, stable));
     }
@@ -286,6 +294,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     }
     for (((role, stable), input), action) in handled.iter().zip(&inputs).zip(&actions) {
         let gang = role.pod_group_size_or_default() > 1;
+        if input.in_place {
+            update_in_place(roleset, role, input, action, &pods, &pods_api, ctx).await?;
+        }
         // The role and hash a new child of a slot (None: stateless) is rendered from.
         let template_for = |slot: Option<u32>, from_stable: bool| match stable {
             Some((stable_role, hash)) if from_stable || input.stable_slot(slot) => {
@@ -368,6 +379,160 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         .collect();
     write_status(roleset, ctx, &statuses, &not_ready, problems).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The pod a role would create now in the place of `pod` (same slot).
+fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
+    match slot_of(pod.labels()) {
+        Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
+        _ => stateless_pod(roleset, role, hash),
+    }
+}
+
+/// Outdated pods of an in-place role that are not being updated toward `target_hash` and
+/// cannot be, with the reason.
+fn ineligible_pods(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    target_hash: &str,
+    pods: &[&Pod],
+) -> BTreeMap<String, String> {
+    pods.iter()
+        .filter(|p| {
+            p.labels().get(LABEL_ROLE_TEMPLATE_HASH).map(String::as_str) != Some(target_hash)
+        })
+        .filter(|p| in_place_target(p).map(String::as_str) != Some(target_hash))
+        .filter_map(|pod| {
+            let desired = desired_pod(roleset, role, target_hash, pod);
+            eligibility(pod, &desired)
+                .err()
+                .map(|why| (pod.name_any(), why.to_string()))
+        })
+        .collect()
+}
+
+/// Carries out the in-place part of a role's action (AIBRIX-REFERENCE §2.3.7): completes
+/// finished updates, records pending reasons, starts new updates, and reports a fallback.
+async fn update_in_place(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    input: &RoleInput,
+    action: &RoleAction,
+    pods: &[Pod],
+    api: &Api<Pod>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let find = |name: &str| pods.iter().find(|p| p.name_any() == name);
+    if let Some(reason) = &action.fallback {
+        ctx.publish(
+            "roleset",
+            roleset,
+            None,
+            false,
+            "InPlaceFallback",
+            format!("role {}: {reason}; falling back to recreate", role.name),
+        )
+        .await;
+    }
+    for name in &action.in_place_complete {
+        let Some(pod) = find(name) else { continue };
+        patch_pod(
+            api,
+            name,
+            &Patch::Merge(complete_patch(&input.target_hash)),
+            ctx,
+        )
+        .await?;
+        if has_readiness_gate(pod) {
+            set_in_place_condition(api, name, true, ctx).await?;
+        }
+        ctx.publish(
+            "roleset",
+            roleset,
+            Some(pod.object_ref(&())),
+            false,
+            "InPlaceUpdateCompleted",
+            format!(
+                "pod {name} of role {} runs template {}",
+                role.name, input.target_hash
+            ),
+        )
+        .await;
+    }
+    for (name, reason) in &action.in_place_pending {
+        let recorded = find(name)
+            .and_then(|p| p.annotations().get(ANNOTATION_IN_PLACE_PENDING_REASON))
+            .map(String::as_str);
+        if recorded != Some(reason.as_str()) {
+            let patch = json!({"metadata": {"annotations": {
+                ANNOTATION_IN_PLACE_PENDING_REASON: reason.as_str()}}});
+            patch_pod(api, name, &Patch::Merge(patch), ctx).await?;
+        }
+    }
+    for name in &action.in_place_start {
+        let Some(pod) = find(name) else { continue };
+        let desired = desired_pod(roleset, role, &input.target_hash, pod);
+        if has_readiness_gate(pod) {
+            set_in_place_condition(api, name, false, ctx).await?;
+        }
+        let patch = start_patch(pod, &desired, &input.target_hash);
+        patch_pod(api, name, &Patch::Strategic(patch), ctx).await?;
+        ctx.publish(
+            "roleset",
+            roleset,
+            Some(pod.object_ref(&())),
+            false,
+            "InPlaceUpdateStarted",
+            format!(
+                "pod {name} of role {} moves to template {}",
+                role.name, input.target_hash
+            ),
+        )
+        .await;
+    }
+    if !action.in_place_start.is_empty() || !action.in_place_complete.is_empty() {
+        tracing::info!(roleset = %roleset.name_any(), role = %role.name,
+            started = action.in_place_start.len(), completed = action.in_place_complete.len(),
+            pending = action.in_place_pending.len(), "in-place updates");
+    }
+    Ok(())
+}
+
+async fn patch_pod(
+    api: &Api<Pod>,
+    name: &str,
+    patch: &Patch<serde_json::Value>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    api.patch(name, &PatchParams::default(), patch).await?;
+    ctx.metrics.api_write("roleset", "patch", "pods");
+    Ok(())
+}
+
+/// Sets the in-place readiness-gate condition (and, when it turns False, Ready with it).
+async fn set_in_place_condition(
+    api: &Api<Pod>,
+    name: &str,
+    ready: bool,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mut conditions = vec![json!({"type": CONDITION_IN_PLACE_READY,
+        "status": if ready { "True" } else { "False" },
+        "reason": if ready { "InPlaceUpdateCompleted" } else { "InPlaceUpdating" },
+        "lastTransitionTime": now})];
+    if !ready {
+        conditions.push(json!({"type": "Ready", "status": "False",
+            "reason": "InPlaceUpdating", "lastTransitionTime": now}));
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": conditions}})),
+    )
+    .await?;
+    ctx.metrics.api_write("roleset", "patch", "pods/status");
+    Ok(())
 }
 
 /// The role as its stable ControllerRevision holds it (SPEC §5.2), with the stable hash.

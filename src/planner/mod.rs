@@ -2,5 +2,6 @@
 //! update. No I/O, so every decision is unit- and property-tested.
 
 pub mod budget;
+pub mod in_place;
 pub mod podset;
 pub mod roleset;

@@ -8,9 +8,10 @@
 //! Pure: the controller observes, calls [`plan`], and carries the actions out.
 
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::budget::Fenceposts;
+use super::in_place::PendingReason;
 use crate::api::RoleSetUpdateStrategy;
 
 /// One observed pod of a role.
@@ -30,6 +31,10 @@ pub struct PodView {
     pub created: i64,
     /// Slot (`role-replica-index`) of a stateful role's pod; None when absent or unparsable.
     pub slot: Option<u32>,
+    /// Hash an in-place update of this pod is heading to.
+    pub in_place_target: Option<String>,
+    /// Why that update has not completed (None: it has, or none runs).
+    pub in_place_pending: Option<PendingReason>,
 }
 
 /// What the planner knows about one role.
@@ -63,6 +68,11 @@ pub struct RoleInput {
     pub pending_slots: BTreeSet<u32>,
     /// Pods whose deletion was issued but is not yet observed.
     pub pending_deletes: BTreeSet<String>,
+    /// `InPlaceIfPossible` on a plain-pod role: outdated pods are updated in place when every
+    /// one of them can be.
+    pub in_place: bool,
+    /// Outdated pods that cannot be updated in place, with the reason.
+    pub ineligible: BTreeMap<String, String>,
 }
 
 /// What to do for one role.
@@ -76,6 +86,14 @@ pub struct RoleAction {
     pub create_slots: Vec<u32>,
     /// Pods to delete.
     pub delete: Vec<String>,
+    /// Pods whose in-place update starts now.
+    pub in_place_start: Vec<String>,
+    /// Pods whose in-place update has completed.
+    pub in_place_complete: Vec<String>,
+    /// Pods whose in-place update is still pending, with the reason.
+    pub in_place_pending: Vec<(String, PendingReason)>,
+    /// Why an in-place role recreates its pods instead (for the `InPlaceFallback` event).
+    pub fallback: Option<String>,
 }
 
 impl RoleAction {
@@ -85,6 +103,8 @@ impl RoleAction {
             && self.create_stable == 0
             && self.create_slots.is_empty()
             && self.delete.is_empty()
+            && self.in_place_start.is_empty()
+            && self.in_place_complete.is_empty()
     }
 
     /// Pods this action creates.
@@ -267,6 +287,70 @@ impl RoleInput {
     /// once and Ready ones only while more than `desired - maxUnavailable` stay Ready, and
     /// creating within `desired + maxSurge`.
     pub fn rollout(&self) -> RoleAction {
+        if self.in_place {
+            match self.rollout_in_place() {
+                Ok(action) => return action,
+                Err(reason) => {
+                    let mut action = self.rollout_recreate();
+                    action.fallback = Some(reason);
+                    return action;
+                }
+            }
+        }
+        self.rollout_recreate()
+    }
+
+    /// `InPlaceIfPossible` (AIBRIX-REFERENCE §2.3.7), with the delete budget B of `Recreate`
+    /// (`Ready + maxUnavailable - desired`): settle updates started earlier (a pending one
+    /// that is Ready holds a unit of B), then start updates of outdated pods — not-Ready ones
+    /// at once, Ready ones while B lasts. Err (the reason) when an outdated pod that is not
+    /// already being updated cannot be: the role recreates instead.
+    fn rollout_in_place(&self) -> Result<RoleAction, String> {
+        let counts = self.counts();
+        let mut outdated: Vec<&PodView> = counts
+            .active
+            .iter()
+            .copied()
+            .filter(|p| self.outdated(p, &counts))
+            .collect();
+        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        let (running, candidates): (Vec<&PodView>, Vec<&PodView>) = outdated
+            .into_iter()
+            .partition(|p| p.in_place_target.as_ref() == Some(&self.target_hash));
+        if let Some(pod) = candidates
+            .iter()
+            .find(|p| self.ineligible.contains_key(&p.name))
+        {
+            return Err(format!("pod {}: {}", pod.name, self.ineligible[&pod.name]));
+        }
+        let mut budget =
+            (self.ready(&counts) + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let mut action = RoleAction::default();
+        for pod in running {
+            match pod.in_place_pending {
+                Some(reason) => {
+                    if pod.ready {
+                        budget = budget.saturating_sub(1);
+                    }
+                    action.in_place_pending.push((pod.name.clone(), reason));
+                }
+                None => action.in_place_complete.push(pod.name.clone()),
+            }
+        }
+        for pod in candidates {
+            if pod.ready {
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
+            }
+            action.in_place_start.push(pod.name.clone());
+        }
+        Ok(action)
+    }
+
+    /// `Recreate`: replace outdated pods by deleting and creating them.
+    fn rollout_recreate(&self) -> RoleAction {
         if self.stateful {
             return self.rollout_slots();
         }
@@ -587,10 +671,11 @@ pub fn plan(
             }
         }
         RoleSetUpdateStrategy::Interleave => {
-            // Stateless roles advance in lock-step batches; stateful roles roll as Parallel.
+            // Stateless roles advance in lock-step batches; stateful and in-place roles roll as
+            // under Parallel.
             let steps: Vec<Option<(bool, u32)>> = roles
                 .iter()
-                .map(|r| (!r.stateful).then(|| r.current_step()))
+                .map(|r| (!r.stateful && !r.in_place).then(|| r.current_step()))
                 .collect();
             let global = steps
                 .iter()
@@ -625,6 +710,8 @@ mod tests {
             ready,
             created: 0,
             slot: None,
+            in_place_target: None,
+            in_place_pending: None,
         }
     }
 
@@ -646,6 +733,8 @@ mod tests {
             stable_hash: None,
             pending_slots: BTreeSet::new(),
             pending_deletes: BTreeSet::new(),
+            in_place: false,
+            ineligible: BTreeMap::new(),
         }
     }
 
@@ -921,9 +1010,11 @@ mod tests {
             any::<bool>(),
             any::<bool>(),
             0i64..5,
+            prop_oneof![Just(None), Just(Some("new")), Just(Some("older"))],
+            any::<bool>(),
         )
             .prop_map(
-                move |(hash, running, terminating, ready, created)| PodView {
+                move |(hash, running, terminating, ready, created, target, pending)| PodView {
                     name: format!("p{i}"),
                     hash: hash.into(),
                     running,
@@ -931,6 +1022,8 @@ mod tests {
                     ready: ready && running && !terminating,
                     created,
                     slot: Some(i as u32 % 4),
+                    in_place_target: target.map(String::from),
+                    in_place_pending: pending.then_some(PendingReason::ImageIdUnchanged),
                 },
             )
     }
@@ -947,11 +1040,23 @@ mod tests {
                     proptest::collection::btree_set(0usize..9, 0..3),
                     (any::<bool>(), 0..=desired, any::<bool>(), 0u32..2),
                     proptest::collection::btree_set(0..desired.max(1), 0..2),
+                    (
+                        any::<bool>(),
+                        proptest::collection::btree_set(0usize..9, 0..2),
+                    ),
                 )
             })
             .prop_map(
-                |((desired, surge, unavailable, pending), pods, deleting, partition, slots)| {
+                |(
+                    (desired, surge, unavailable, pending),
+                    pods,
+                    deleting,
+                    partition,
+                    slots,
+                    in_place,
+                )| {
                     let (stateful, partition, stable_known, pending_stable) = partition;
+                    let (in_place, ineligible) = in_place;
                     let mut r = role(desired, surge, unavailable, pods);
                     r.stateful = stateful;
                     r.partition = partition;
@@ -963,6 +1068,11 @@ mod tests {
                         r.pending_stable_creates = pending_stable.min(partition);
                     }
                     r.pending_deletes = deleting.into_iter().map(|i| format!("p{i}")).collect();
+                    r.in_place = in_place;
+                    r.ineligible = ineligible
+                        .into_iter()
+                        .map(|i| (format!("p{i}"), "env changes".to_string()))
+                        .collect();
                     r
                 },
             )
@@ -1025,6 +1135,40 @@ mod tests {
             prop_assert!(after >= ready || after >= min_available,
                 "deletes {:?} leave {after} of {ready} available, minAvailable {min_available}", action.delete);
             prop_assert!(action.delete.iter().all(|n| !r.pending_deletes.contains(n)), "no double delete");
+        }
+
+        /// In-place updates keep `desired - maxUnavailable` Ready pods out of updates (a Ready
+        /// pod under update counts as unavailable), start no pod twice, and fall back to
+        /// recreating only for an ineligible outdated pod.
+        #[test]
+        fn in_place_updates_respect_the_budget(r in arb_role()) {
+            let mut r = r;
+            r.in_place = true;
+            let counts = r.counts();
+            let action = r.rollout();
+            if let Some(reason) = &action.fallback {
+                prop_assert!(r.ineligible.keys().any(|p| reason.contains(p.as_str())));
+                return Ok(());
+            }
+            let updating: BTreeSet<&str> = action.in_place_start.iter()
+                .chain(action.in_place_pending.iter().map(|(n, _)| n))
+                .map(String::as_str)
+                .collect();
+            let ready = r.ready(&counts);
+            let ready_updating = counts.active.iter()
+                .filter(|p| p.ready && updating.contains(p.name.as_str()))
+                .count() as u32;
+            let min_available = r.desired.saturating_sub(r.budgets.max_unavailable);
+            let started_ready = action.in_place_start.iter()
+                .any(|n| counts.active.iter().any(|p| &p.name == n && p.ready));
+            prop_assert!(!started_ready || ready - ready_updating >= min_available,
+                "{ready_updating} of {ready} Ready pods updating, minAvailable {min_available}");
+            for name in &action.in_place_start {
+                let pod = r.pods.iter().find(|p| &p.name == name).unwrap();
+                prop_assert_ne!(pod.in_place_target.as_ref(), Some(&r.target_hash));
+                prop_assert!(r.outdated(pod, &counts));
+            }
+            prop_assert!(action.delete.is_empty() && action.creates() == 0);
         }
 
         /// SPEC §5.2: rollouts never delete a pod the partition keeps, and never create more
