@@ -232,13 +232,23 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             _ => None,
         };
         let target_hash = template_hash(&role.template.clone().unwrap_or_default());
-        // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
-        let in_place =
-            !gang && role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible;
-        let ineligible = if in_place {
-            ineligible_pods(roleset, role, &target_hash, &role_pods)
-        } else {
+        let in_place = role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible;
+        let ineligible = if !in_place {
             BTreeMap::new()
+        } else if gang {
+            // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
+            views
+                .iter()
+                .filter(|v| v.hash != target_hash)
+                .map(|v| {
+                    (
+                        v.name.clone(),
+                        "a PodSet (podGroupSize > 1) cannot be updated in place".to_string(),
+                    )
+                })
+                .collect()
+        } else {
+            ineligible_pods(roleset, role, &target_hash, &role_pods)
         };
         inputs.push(RoleInput {
             name: role.name.clone(),

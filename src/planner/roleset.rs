@@ -321,7 +321,7 @@ impl RoleInput {
             .iter()
             .find(|p| self.ineligible.contains_key(&p.name))
         {
-            return Err(format!("pod {}: {}", pod.name, self.ineligible[&pod.name]));
+            return Err(format!("{}: {}", pod.name, self.ineligible[&pod.name]));
         }
         let mut budget =
             (self.ready(&counts) + self.budgets.max_unavailable).saturating_sub(self.desired);
@@ -412,6 +412,9 @@ impl RoleInput {
     /// `(all ready, current step)`, steps counted from 1. Kept stable pods are outside the
     /// steps: the role moves `want_target` pods.
     pub fn current_step(&self) -> (bool, u32) {
+        if self.stateful {
+            return self.current_step_slots();
+        }
         let counts = self.counts();
         let size = self.step_size();
         let want_target = self.want_target(&counts);
@@ -440,8 +443,11 @@ impl RoleInput {
         )
     }
 
-    /// Interleave rollout of a stateless role up to `step` batches of updated pods.
+    /// Interleave rollout up to `step` batches of updated pods (slots, for stateful roles).
     pub fn rollout_by_step(&self, step: u32) -> RoleAction {
+        if self.stateful {
+            return self.rollout_by_step_slots(step);
+        }
         let counts = self.counts();
         let want_target = self.want_target(&counts);
         let expected = (self.step_size() * step).min(want_target);
@@ -605,17 +611,23 @@ impl RoleInput {
     fn rollout_slots(&self) -> RoleAction {
         let counts = self.counts();
         let (slots, _) = self.slots(&counts);
-        let ready_slots = slots
-            .iter()
-            .filter(|pods| pods.iter().any(|p| p.ready))
-            .count() as u32;
-        let mut delete_budget =
-            (ready_slots + self.budgets.max_unavailable).saturating_sub(self.desired);
-        let mut room = self.create_room(&counts);
+        let progress = self.slot_progress(&counts, &slots);
+        let delete_budget =
+            (progress.ready + self.budgets.max_unavailable).saturating_sub(self.desired);
+        self.replace_slots(&counts, &slots, delete_budget, self.create_room(&counts))
+    }
+
+    fn replace_slots(
+        &self,
+        counts: &Counts<'_>,
+        slots: &[Vec<&PodView>],
+        mut delete_budget: u32,
+        mut create_budget: u32,
+    ) -> RoleAction {
         let mut action = RoleAction::default();
         for (slot, pods) in slots.iter().enumerate() {
             let [pod] = pods.as_slice() else { continue };
-            if self.slot_accepts(pod, &counts) || self.pending_slots.contains(&(slot as u32)) {
+            if self.slot_accepts(pod, counts) || self.pending_slots.contains(&(slot as u32)) {
                 continue;
             }
             if !pod.ready {
@@ -623,13 +635,82 @@ impl RoleInput {
             } else if delete_budget > 0 {
                 delete_budget -= 1;
                 action.delete.push(pod.name.clone());
-            } else if room > 0 {
-                room -= 1;
+            } else if create_budget > 0 {
+                create_budget -= 1;
                 action.create_slots.push(slot as u32);
             }
         }
         action
     }
+
+    /// Slot counts of a stateful role (AIBRIX-REFERENCE §2.3.5).
+    fn slot_progress(&self, counts: &Counts<'_>, slots: &[Vec<&PodView>]) -> SlotProgress {
+        let accepted = |p: &&PodView| self.slot_accepts(p, counts);
+        let mut progress = SlotProgress::default();
+        for (slot, pods) in slots.iter().enumerate() {
+            let pending = self.pending_slots.contains(&(slot as u32));
+            progress.ready += u32::from(pods.iter().any(|p| p.ready));
+            if pods.iter().any(accepted) || pending {
+                progress.updated += 1;
+            } else if !pods.is_empty() {
+                progress.outdated += 1;
+            }
+            if let [pod] = pods.as_slice() {
+                progress.updated_ready += u32::from(pod.ready && accepted(&pod));
+            }
+        }
+        progress
+    }
+
+    /// Interleave progress of a stateful role: the stateless formula over slots.
+    fn current_step_slots(&self) -> (bool, u32) {
+        let counts = self.counts();
+        let (slots, invalid) = self.slots(&counts);
+        let progress = self.slot_progress(&counts, &slots);
+        let size = self.step_size();
+        let settled = invalid.is_empty()
+            && counts.finished.is_empty()
+            && counts.active.iter().all(|p| p.ready);
+        let mut step = progress.updated_ready.saturating_sub(1) / size + 1;
+        if (settled && progress.updated_ready == size * step)
+            || progress.updated > size * step
+            || progress.outdated < self.desired.saturating_sub(size * step)
+        {
+            step += 1;
+        }
+        (self.all_ready(), step)
+    }
+
+    /// Interleave rollout of a stateful role up to `step` batches of updated slots.
+    fn rollout_by_step_slots(&self, step: u32) -> RoleAction {
+        let counts = self.counts();
+        let (slots, _) = self.slots(&counts);
+        let progress = self.slot_progress(&counts, &slots);
+        let expected = (self.step_size() * step).min(self.desired);
+        let create_budget = self
+            .create_room(&counts)
+            .min(expected.saturating_sub(progress.updated));
+        let delete_budget = (progress.ready + self.budgets.max_unavailable)
+            .saturating_sub(self.desired)
+            .min((progress.outdated + expected).saturating_sub(self.desired));
+        if progress.updated >= expected {
+            return RoleAction::default();
+        }
+        self.replace_slots(&counts, &slots, delete_budget, create_budget)
+    }
+}
+
+/// Slot counts of a stateful role.
+#[derive(Default)]
+struct SlotProgress {
+    /// Slots with a Ready pod.
+    ready: u32,
+    /// Slots with a pod where it belongs (or a create in flight).
+    updated: u32,
+    /// Slots holding exactly one pod, Ready and where it belongs.
+    updated_ready: u32,
+    /// Non-empty slots with no pod where it belongs.
+    outdated: u32,
 }
 
 /// Roles in upgrade order (SPEC §2): ascending `upgradeOrder` (absent = 0), ties in spec
@@ -644,8 +725,9 @@ pub fn upgrade_sequence(orders: &[i32]) -> Vec<usize> {
 ///
 /// Scaling comes first: if any role scales, only scaling happens this pass. Then
 /// `Sequential` rolls the first unfinished role in `sequence` (and touches no other);
-/// `Parallel` rolls every role; `Interleave` moves stateless roles in lock-step batches of
-/// `max(1, maxSurge + maxUnavailable)` pods, no role running ahead of the slowest one.
+/// `Parallel` rolls every role; `Interleave` moves roles in lock-step batches of
+/// `max(1, maxSurge + maxUnavailable)` pods (slots, for stateful roles), no role running
+/// ahead of the slowest one.
 pub fn plan(
     strategy: RoleSetUpdateStrategy,
     roles: &[RoleInput],
@@ -671,11 +753,11 @@ pub fn plan(
             }
         }
         RoleSetUpdateStrategy::Interleave => {
-            // Stateless roles advance in lock-step batches; stateful and in-place roles roll as
-            // under Parallel.
+            // Roles advance in lock-step batches (of pods, or of slots for stateful and
+            // multi-node roles); in-place roles roll as under Parallel.
             let steps: Vec<Option<(bool, u32)>> = roles
                 .iter()
-                .map(|r| (!r.stateful && !r.in_place).then(|| r.current_step()))
+                .map(|r| (!r.in_place).then(|| r.current_step()))
                 .collect();
             let global = steps
                 .iter()
@@ -998,6 +1080,37 @@ mod tests {
     }
 
     #[test]
+    fn interleave_steps_stateful_roles_by_slots() {
+        let stateful = |pods: Vec<PodView>| {
+            let mut r = role(3, 0, 1, pods);
+            r.stateful = true;
+            r
+        };
+        let roles = vec![
+            stateful(vec![
+                slot_pod("a0", "new", true, 0),
+                slot_pod("a1", "old", true, 1),
+                slot_pod("a2", "old", true, 2),
+            ]),
+            stateful(vec![
+                slot_pod("b0", "old", true, 0),
+                slot_pod("b1", "old", true, 1),
+                slot_pod("b2", "old", true, 2),
+            ]),
+        ];
+        assert_eq!(roles[0].current_step(), (false, 2));
+        assert_eq!(roles[1].current_step(), (false, 1));
+        let actions = plan(RoleSetUpdateStrategy::Interleave, &roles, &[0, 1]);
+        assert!(actions[0].is_empty(), "the faster role waits");
+        assert_eq!(actions[1].delete, ["b0"], "the slower role moves one slot");
+        assert_eq!(
+            roles[0].rollout_by_step(2).delete,
+            ["a1"],
+            "step 2 allows one more slot"
+        );
+    }
+
+    #[test]
     fn ties_and_absent_orders_keep_spec_order() {
         assert_eq!(upgrade_sequence(&[0, 0, 0]), [0, 1, 2]);
         assert_eq!(upgrade_sequence(&[3, 0, 3, 1]), [1, 3, 0, 2]);
@@ -1123,8 +1236,7 @@ mod tests {
             let action = match mode {
                 0 => r.scale(),
                 1 => r.rollout(),
-                _ if !r.stateful => r.rollout_by_step(step),
-                _ => r.rollout(),
+                _ => r.rollout_by_step(step),
             };
             let limit = r.desired + r.budgets.max_surge;
             prop_assert!(action.creates() == 0 || before + action.creates() <= limit,
@@ -1177,9 +1289,6 @@ mod tests {
         fn rollouts_respect_the_partition(r in arb_role(), step in 1u32..5) {
             let counts = r.counts();
             for action in [r.rollout(), r.rollout_by_step(step)] {
-                if r.stateful && action != r.rollout() {
-                    continue;
-                }
                 for name in &action.delete {
                     prop_assert!(!counts.kept.contains(name.as_str()), "deleted kept stable pod {name}");
                 }
