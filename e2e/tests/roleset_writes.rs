@@ -1,11 +1,13 @@
 //! API writes the RoleSet controller makes to create and to roll a three-role RoleSet, read
-//! from `squall_api_writes_total` of the shared operator (alone in its test binary, so no
-//! other test's writes are counted).
+//! from `squall_api_writes_total` of the shared operator. The test is alone in its binary and
+//! starts counting once no namespace of earlier tests is still terminating (their RoleSets'
+//! ordered deletion writes too), so only this RoleSet's writes are counted.
 
 use std::time::Duration;
 
 use e2e::operator::{counter_sum, shared_operator_admin};
-use e2e::{TestNamespace, client, install_crds, wait_for};
+use e2e::{TestNamespace, client, install_crds, wait_for, wait_for_all};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use squall::api::RoleSet;
@@ -34,6 +36,18 @@ async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
     install_crds();
     let client = client().await;
     let ns = TestNamespace::create(&client, "writes").await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    wait_for_all(
+        &namespaces,
+        "the namespaces of earlier tests to finish terminating",
+        Duration::from_secs(180),
+        |all| {
+            all.iter()
+                .all(|n| n.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Terminating"))
+        },
+    )
+    .await
+    .unwrap();
     let api: Api<RoleSet> = Api::namespaced(client, ns.name());
     let role = |name: &str| json!({"name": name, "replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "engine:1"}]}}});
     let roleset: RoleSet = serde_json::from_value(json!({

@@ -656,7 +656,7 @@ impl RoleInput {
                 progress.outdated += 1;
             }
             if let [pod] = pods.as_slice() {
-                progress.updated_ready += u32::from(pod.ready && accepted(&pod));
+                progress.updated_ready += u32::from(pod.ready && accepted(pod));
             }
         }
         progress
