@@ -58,7 +58,7 @@ impl Budget {
 }
 
 /// Resolved budgets for one level (StormService or role).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Fenceposts {
     /// Replicas that may exist above `desired`.
     pub max_surge: u32,

@@ -5,3 +5,4 @@ pub mod budget;
 pub mod in_place;
 pub mod podset;
 pub mod roleset;
+pub mod stormservice;
