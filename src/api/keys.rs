@@ -7,6 +7,17 @@ pub const FIELD_MANAGER: &str = "squall";
 
 /// StormService name, on RoleSets, PodSets and pods (the headless Service's name).
 pub const LABEL_STORM_SERVICE_NAME: &str = "storm-service-name";
+/// ControllerRevision name of the template a RoleSet was rendered from, on RoleSets.
+pub const LABEL_STORM_SERVICE_REVISION: &str = "storm-service-revision";
+/// Copy of `storm-service-revision`, on RoleSets.
+pub const ANNOTATION_REVISION: &str = "stormservice.orchestration.aibrix.ai/revision";
+/// Prefix of the per-role revision-number annotations on RoleSets
+/// (`stormservice.orchestration.aibrix.ai/role-revision.<role>`).
+pub const ANNOTATION_ROLE_REVISION_PREFIX: &str =
+    "stormservice.orchestration.aibrix.ai/role-revision.";
+/// StormService finalizer (its RoleSets go first).
+pub const FINALIZER_STORMSERVICE: &str = "orchestration.aibrix.ai/stormservice-finalizer";
+
 /// RoleSet name, on its pods and PodSets.
 pub const LABEL_ROLESET_NAME: &str = "roleset-name";
 /// Role name, on pods and PodSets.

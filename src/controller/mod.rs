@@ -6,6 +6,7 @@ pub mod podset;
 pub mod render;
 pub mod revision;
 pub mod roleset;
+pub mod stormservice;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -19,9 +20,12 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{finalizer, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::keys::{FIELD_MANAGER, LABEL_PODSET_NAME, LABEL_ROLESET_NAME};
-use crate::api::{PodSet, RoleSet};
+use crate::api::keys::{
+    FIELD_MANAGER, LABEL_PODSET_NAME, LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
+};
+use crate::api::{Condition, PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How long an unobserved create or delete is waited for before it is assumed lost.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
@@ -99,7 +103,7 @@ impl Context {
     }
 
     /// The expectations key of an owner.
-    pub fn key(owner: &RoleSet) -> String {
+    pub fn key(owner: &impl kube::Resource) -> String {
         owner.uid().unwrap_or_default()
     }
 
@@ -159,7 +163,7 @@ impl Context {
     }
 
     /// Drops everything recorded for a deleted owner.
-    pub fn forget(&self, owner: &RoleSet) {
+    pub fn forget(&self, owner: &impl kube::Resource) {
         let key = Self::key(owner);
         self.expectations
             .lock()
@@ -199,8 +203,8 @@ impl Context {
     }
 
     /// True the first time a generation of `owner` is reconciled (to log once per rollout).
-    pub fn first_pass_of_generation(&self, owner: &RoleSet) -> bool {
-        let generation = owner.metadata.generation.unwrap_or_default();
+    pub fn first_pass_of_generation(&self, owner: &impl kube::Resource) -> bool {
+        let generation = owner.meta().generation.unwrap_or_default();
         self.logged_generations
             .lock()
             .expect("logged lock")
@@ -251,6 +255,38 @@ where
         .collect())
 }
 
+/// A condition stamped now for `generation`.
+pub fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        reason: Some(reason.into()),
+        message: Some(message),
+        observed_generation: generation,
+        ..Condition::default()
+    }
+}
+
+/// Keeps `lastTransitionTime` of conditions whose status did not change since `old`
+/// (Kubernetes conventions).
+pub fn keep_transition_times(conditions: &mut [Condition], old: &[Condition]) {
+    for c in conditions {
+        if let Some(previous) = old
+            .iter()
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+        {
+            c.last_transition_time = previous.last_transition_time.clone();
+        }
+    }
+}
+
 /// Whether a pod's Ready condition is True.
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
@@ -283,7 +319,7 @@ where
     }
 }
 
-/// Runs the RoleSet and PodSet controllers until `shutdown` resolves.
+/// Runs the StormService, RoleSet and PodSet controllers until `shutdown` resolves.
 pub async fn run(
     client: Client,
     metrics: Arc<Metrics>,
@@ -310,15 +346,30 @@ pub async fn run(
         watcher::Config::default(),
     )
     .owns(
-        Api::<Pod>::all(client),
+        Api::<Pod>::all(client.clone()),
         watcher::Config::default().labels(LABEL_PODSET_NAME),
     )
-    .graceful_shutdown_on(shutdown)
-    .run(podset::reconcile, error_policy, ctx)
+    .graceful_shutdown_on(shutdown.clone())
+    .run(podset::reconcile, error_policy, ctx.clone())
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!(%error, "podset controller event");
         }
     });
-    futures::join!(rolesets, podsets);
+    let stormservices = Controller::new(
+        Api::<StormService>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<RoleSet>::all(client),
+        watcher::Config::default().labels(LABEL_STORM_SERVICE_NAME),
+    )
+    .graceful_shutdown_on(shutdown)
+    .run(stormservice::reconcile, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "stormservice controller event");
+        }
+    });
+    futures::join!(stormservices, rolesets, podsets);
 }

@@ -87,6 +87,12 @@ pub fn shorten(name: &str, limit: usize) -> String {
     format!("{first}{tail}")
 }
 
+/// `Shorten` with `keepPrefix`: at most `limit` characters, keeping the first ones (for
+/// `generateName` prefixes, whose random suffix distinguishes the objects).
+pub fn shorten_keep_prefix(name: &str, limit: usize) -> String {
+    name.chars().take(limit).collect()
+}
+
 /// Puts `vars` first in every container's env, dropping user vars of the same names.
 fn env_first(containers: &mut [Container], vars: &[(&str, &str)]) {
     for container in containers {

@@ -99,11 +99,17 @@ pub fn revision_name(owner: &str, hash: &str) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// The pod template of `role` held by a revision.
-pub fn role_template(
-    revision: &ControllerRevision,
-    role: &str,
-) -> Result<PodTemplateSpec, RevisionError> {
+/// Whether `revision` holds `template` (role replicas aside).
+pub fn holds(revision: &ControllerRevision, template: &RoleSetTemplateSpec) -> bool {
+    let data = revision_data(template);
+    revision
+        .data
+        .as_ref()
+        .is_some_and(|d| canonical_json(&d.0) == canonical_json(&data))
+}
+
+/// The StormService template a revision holds (without role replicas).
+pub fn template_of(revision: &ControllerRevision) -> Result<RoleSetTemplateSpec, RevisionError> {
     let name = revision.name_any();
     let malformed = |reason: String| RevisionError::Malformed {
         name: name.clone(),
@@ -121,9 +127,16 @@ pub fn role_template(
     if let Value::Object(map) = &mut template {
         map.remove("$patch");
     }
-    let template: RoleSetTemplateSpec =
-        serde_json::from_value(template).map_err(|e| malformed(e.to_string()))?;
-    template
+    serde_json::from_value(template).map_err(|e| malformed(e.to_string()))
+}
+
+/// The pod template of `role` held by a revision.
+pub fn role_template(
+    revision: &ControllerRevision,
+    role: &str,
+) -> Result<PodTemplateSpec, RevisionError> {
+    let name = revision.name_any();
+    template_of(revision)?
         .spec
         .and_then(|s| s.roles)
         .into_iter()

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -21,7 +20,10 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::revision::role_template;
-use super::{Context, Error, PendingCreate, delete_child, is_ready, owned_children};
+use super::{
+    Context, Error, PendingCreate, condition, delete_child, is_ready, keep_transition_times,
+    owned_children,
+};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
@@ -29,8 +31,8 @@ use crate::api::keys::{
 };
 use crate::api::validation::validate_roleset;
 use crate::api::{
-    Condition, PodSet, PodSetPhase, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec,
-    RoleStatus, RoleUpdateStrategyType,
+    PodSet, PodSetPhase, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec, RoleStatus,
+    RoleUpdateStrategyType,
 };
 use crate::controller::render::{podset_for_slot, stateful_pod, stateless_pod, template_hash};
 use crate::planner::budget::{Budget, resolve_fenceposts};
@@ -633,16 +635,10 @@ async fn write_status(
             generation,
         ));
     }
-    for c in &mut conditions {
-        if let Some(previous) = old
-            .conditions
-            .iter()
-            .flatten()
-            .find(|p| p.type_ == c.type_ && p.status == c.status)
-        {
-            c.last_transition_time = previous.last_transition_time.clone();
-        }
-    }
+    keep_transition_times(
+        &mut conditions,
+        old.conditions.as_deref().unwrap_or_default(),
+    );
     let status = RoleSetStatus {
         observed_generation: generation,
         roles: Some(roles.to_vec()),
@@ -663,22 +659,4 @@ async fn write_status(
     .await?;
     ctx.metrics.api_write("roleset", "patch", "rolesets/status");
     Ok(())
-}
-
-fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-        reason: Some(reason.into()),
-        message: Some(message),
-        observed_generation: generation,
-        ..Condition::default()
-    }
 }

@@ -1,0 +1,924 @@
+//! The StormService controller (AIBRIX-REFERENCE §2.2 with SPEC §5 fixes): keeps the
+//! headless Service, writes ControllerRevisions of the template (without role replicas),
+//! asks the planner (`crate::planner::stormservice`) which RoleSets to create, delete or
+//! update in place, carries it out, scales roles in place when only their replicas change,
+//! truncates history and writes status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::render::template_hash;
+use super::revision::{holds, template_of, write_revision};
+use super::{
+    Context, Error, PendingCreate, condition, delete_child, keep_transition_times, owned_children,
+};
+use crate::api::keys::{
+    ANNOTATION_REVISION, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
+    ANNOTATION_ROLESET_INDEX, FINALIZER_STORMSERVICE, LABEL_REVISION_OWNER,
+    LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
+};
+use crate::api::validation::validate_stormservice;
+use crate::api::{
+    RoleSet, RoleSetTemplateSpec, RoleStatus, StormService, StormServiceStatus,
+    StormServiceUpdateStrategyType,
+};
+use crate::controller::render::shorten_keep_prefix;
+use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
+use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
+
+/// Expectations of a StormService are kept under one pseudo-role.
+const ROLESETS: &str = "";
+/// Longest RoleSet `generateName` (the API server appends 5 characters).
+const GENERATE_NAME_LIMIT: usize = 58;
+/// History kept when `revisionHistoryLimit` is absent.
+const DEFAULT_HISTORY_LIMIT: usize = 10;
+/// Seconds without progress before `Progressing` turns False, when absent.
+const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
+
+/// Reconciles one StormService.
+pub async fn reconcile(service: Arc<StormService>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = service.namespace().unwrap_or_default();
+    let api: Api<StormService> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER_STORMSERVICE, service, |event| async {
+        match event {
+            Finalizer::Apply(ss) => apply(&ss, &ctx).await,
+            Finalizer::Cleanup(ss) => cleanup(&ss, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn rolesets_api(service: &StormService, ctx: &Context) -> Api<RoleSet> {
+    Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default())
+}
+
+/// Ordered deletion: every RoleSet (and through it every pod) first.
+async fn cleanup(service: &StormService, ctx: &Context) -> Result<Action, Error> {
+    let rolesets: Vec<RoleSet> =
+        owned_children(&ctx.client, service, LABEL_STORM_SERVICE_NAME).await?;
+    if rolesets.is_empty() {
+        ctx.forget(service);
+        return Ok(Action::await_change());
+    }
+    let api = rolesets_api(service, ctx);
+    for roleset in rolesets
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+    {
+        delete_child(&api, &roleset.name_any(), ctx, "stormservice", "rolesets").await?;
+    }
+    Err(Error::Waiting(format!(
+        "{} RoleSets still terminating",
+        rolesets.len()
+    )))
+}
+
+/// The revisions a pass works with.
+struct Revisions {
+    current: ControllerRevision,
+    update: ControllerRevision,
+    collision_count: u32,
+    /// Every revision of the StormService, oldest first (before this pass's writes).
+    history: Vec<ControllerRevision>,
+}
+
+async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
+    let report = validate_stormservice(service, None);
+    if !report.is_valid() {
+        // Objects that bypassed the webhook are reported and left alone (SPEC §5).
+        write_invalid(service, ctx, &report.error_message()).await?;
+        return Ok(Action::await_change());
+    }
+    sync_headless_service(service, ctx).await?;
+    let revisions = sync_revisions(service, ctx).await?;
+    let update_name = revisions.update.name_any();
+    let current_name = revisions.current.name_any();
+
+    let rolesets: Vec<RoleSet> =
+        owned_children(&ctx.client, service, LABEL_STORM_SERVICE_NAME).await?;
+    let key = Context::key(service);
+    let expectation = ctx.observe(
+        &key,
+        ROLESETS,
+        rolesets
+            .iter()
+            .map(|r| (r.name_any(), r.metadata.deletion_timestamp.is_some())),
+    );
+    let desired = u32::try_from(service.spec.replicas_or_default()).unwrap_or(0);
+    let strategy = service.spec.update_strategy_type();
+    let input = ServiceInput {
+        desired,
+        budgets: budgets(service, desired),
+        strategy,
+        paused: service.spec.paused == Some(true),
+        two_revisions: current_name != update_name,
+        rolesets: rolesets.iter().map(|r| view(r, &update_name)).collect(),
+        pending_creates: expectation
+            .creates
+            .values()
+            .map(|c| PendingRoleSet {
+                index: c.slot.unwrap_or_default(),
+                updated: !c.stable,
+            })
+            .collect(),
+        pending_deletes: expectation.deletes.clone(),
+    };
+    let action = plan(&input);
+
+    let api = rolesets_api(service, ctx);
+    for name in &action.delete {
+        ctx.expect_delete(&key, ROLESETS, name);
+        delete_child(&api, name, ctx, "stormservice", "rolesets").await?;
+    }
+    let update_template = service.spec.template.clone();
+    let current_template = if current_name == update_name {
+        update_template.clone()
+    } else {
+        with_live_replicas(template_of(&revisions.current)?, &update_template)
+    };
+    for create in &action.create {
+        let (template, revision) = if create.updated {
+            (&update_template, &revisions.update)
+        } else {
+            (&current_template, &revisions.current)
+        };
+        let roles = role_revisions(
+            template,
+            &current_template,
+            revision,
+            &revisions.current,
+            create.updated,
+        );
+        let roleset = render_roleset(service, template, revision, &roles, create.index);
+        let created = api.create(&PostParams::default(), &roleset).await?;
+        ctx.metrics.api_write("stormservice", "create", "rolesets");
+        ctx.expect_create(
+            &key,
+            ROLESETS,
+            &created.name_any(),
+            PendingCreate {
+                slot: Some(create.index),
+                stable: !create.updated,
+            },
+        );
+    }
+    let update_roles = role_revisions(
+        &update_template,
+        &current_template,
+        &revisions.update,
+        &revisions.current,
+        true,
+    );
+    for name in &action.update_in_place {
+        let Some(roleset) = rolesets.iter().find(|r| &r.name_any() == name) else {
+            continue;
+        };
+        move_in_place(
+            roleset,
+            &update_template,
+            &revisions.update,
+            &update_roles,
+            ctx,
+        )
+        .await?;
+    }
+    // Role replicas are not part of a revision: RoleSets on the update revision follow the
+    // live spec's role replicas in place (what an autoscaler's edit needs).
+    for roleset in rolesets.iter().filter(|r| {
+        r.metadata.deletion_timestamp.is_none()
+            && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&update_name)
+            && !action.update_in_place.contains(&r.name_any())
+    }) {
+        if let Some(spec) = &update_template.spec
+            && &roleset.spec != spec
+        {
+            let patch = json!([{"op": "replace", "path": "/spec", "value": spec}]);
+            api.patch(
+                &roleset.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(serde_json::from_value(patch).expect("a JSON patch")),
+            )
+            .await?;
+            ctx.metrics.api_write("stormservice", "patch", "rolesets");
+        }
+    }
+    if !action.is_empty() {
+        tracing::info!(namespace = %service.namespace().unwrap_or_default(), stormservice = %service.name_any(),
+            created = action.create.len(), deleted = action.delete.len(),
+            updated_in_place = action.update_in_place.len(), scaling = action.scaling, "RoleSets");
+    }
+
+    let requeue = write_status(service, ctx, &revisions, &rolesets, desired).await?;
+    truncate_history(service, ctx, &revisions, &rolesets).await?;
+    Ok(requeue)
+}
+
+/// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.
+fn budgets(service: &StormService, desired: u32) -> Fenceposts {
+    if service.spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate {
+        return Fenceposts::default();
+    }
+    let strategy = service.spec.update_strategy.as_ref();
+    let parse = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
+        v.and_then(|v| Budget::parse(v).ok())
+    };
+    resolve_fenceposts(
+        parse(strategy.and_then(|s| s.max_surge.as_ref())),
+        parse(strategy.and_then(|s| s.max_unavailable.as_ref())),
+        desired,
+    )
+}
+
+/// Whether a RoleSet's status describes its current generation and says Ready.
+fn fresh_ready(roleset: &RoleSet) -> bool {
+    let Some(status) = roleset.status.as_ref() else {
+        return false;
+    };
+    status.observed_generation == roleset.metadata.generation
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn view(roleset: &RoleSet, update_revision: &str) -> RoleSetView {
+    RoleSetView {
+        name: roleset.name_any(),
+        updated: roleset
+            .labels()
+            .get(LABEL_STORM_SERVICE_REVISION)
+            .map(String::as_str)
+            == Some(update_revision),
+        index: roleset
+            .annotations()
+            .get(ANNOTATION_ROLESET_INDEX)
+            .and_then(|i| i.parse().ok()),
+        ready: fresh_ready(roleset),
+        terminating: roleset.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// A revision's template with the role replicas of the live template (revisions do not hold
+/// them).
+fn with_live_replicas(
+    mut template: RoleSetTemplateSpec,
+    live: &RoleSetTemplateSpec,
+) -> RoleSetTemplateSpec {
+    let live_roles = live.spec.as_ref().and_then(|s| s.roles.as_ref());
+    for role in template
+        .spec
+        .iter_mut()
+        .flat_map(|s| s.roles.iter_mut())
+        .flatten()
+    {
+        role.replicas = live_roles
+            .and_then(|roles| roles.iter().find(|r| r.name == role.name))
+            .and_then(|r| r.replicas);
+    }
+    template
+}
+
+/// Per-role revisions (AIBRIX-REFERENCE §2.2.7): on the update revision, a role whose pod
+/// template is unchanged since the current revision keeps the current revision.
+fn role_revisions<'a>(
+    template: &RoleSetTemplateSpec,
+    current: &RoleSetTemplateSpec,
+    revision: &'a ControllerRevision,
+    current_revision: &'a ControllerRevision,
+    updated: bool,
+) -> BTreeMap<String, &'a ControllerRevision> {
+    let current_hash = |name: &str| {
+        current
+            .spec
+            .iter()
+            .flat_map(|s| s.roles.iter().flatten())
+            .find(|r| r.name == name)
+            .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
+    };
+    template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .map(|role| {
+            let hash = template_hash(&role.template.clone().unwrap_or_default());
+            let unchanged = current_hash(&role.name) == Some(hash);
+            let revision = if updated && !unchanged {
+                revision
+            } else {
+                current_revision
+            };
+            (role.name.clone(), revision)
+        })
+        .collect()
+}
+
+/// Labels and annotations squall sets on a RoleSet for `revision`.
+fn revision_metadata(
+    service: &StormService,
+    revision: &ControllerRevision,
+    roles: &BTreeMap<String, &ControllerRevision>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let labels = BTreeMap::from([
+        (LABEL_STORM_SERVICE_NAME.to_string(), service.name_any()),
+        (
+            LABEL_STORM_SERVICE_REVISION.to_string(),
+            revision.name_any(),
+        ),
+    ]);
+    let mut annotations = BTreeMap::from([(ANNOTATION_REVISION.to_string(), revision.name_any())]);
+    for (role, role_revision) in roles {
+        annotations.insert(
+            format!("{ANNOTATION_ROLE_REVISION_PREFIX}{role}"),
+            role_revision.revision.to_string(),
+        );
+        annotations.insert(
+            format!("{ANNOTATION_ROLE_REVISION_NAME_PREFIX}{role}"),
+            role_revision.name_any(),
+        );
+    }
+    (labels, annotations)
+}
+
+/// A new RoleSet (AIBRIX-REFERENCE §2.2.6) for slot `index`.
+fn render_roleset(
+    service: &StormService,
+    template: &RoleSetTemplateSpec,
+    revision: &ControllerRevision,
+    roles: &BTreeMap<String, &ControllerRevision>,
+    index: u32,
+) -> RoleSet {
+    let metadata = template.metadata.clone().unwrap_or_default();
+    let (own_labels, own_annotations) = revision_metadata(service, revision, roles);
+    let mut labels = metadata.labels.unwrap_or_default();
+    labels.extend(own_labels);
+    let mut annotations = metadata.annotations.unwrap_or_default();
+    annotations.extend(own_annotations);
+    annotations.insert(ANNOTATION_ROLESET_INDEX.into(), index.to_string());
+    RoleSet {
+        metadata: ObjectMeta {
+            generate_name: Some(shorten_keep_prefix(
+                &format!("{}-roleset-", service.name_any()),
+                GENERATE_NAME_LIMIT,
+            )),
+            namespace: service.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec.clone().unwrap_or_default(),
+        status: None,
+    }
+}
+
+/// Moves a RoleSet to the update revision in place (pooled mode): squall's labels and
+/// annotations and the spec are replaced; everything else on it (third-party metadata, the
+/// `roleset-index`) stays (a fix of AIBRIX-REFERENCE §8.1 item 10).
+async fn move_in_place(
+    roleset: &RoleSet,
+    template: &RoleSetTemplateSpec,
+    revision: &ControllerRevision,
+    roles: &BTreeMap<String, &ControllerRevision>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let service_name = roleset
+        .labels()
+        .get(LABEL_STORM_SERVICE_NAME)
+        .cloned()
+        .unwrap_or_default();
+    let escape = |key: &str| key.replace('~', "~0").replace('/', "~1");
+    let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion",
+        "value": roleset.resource_version()})];
+    ops.push(json!({"op": "replace", "path": "/spec", "value": template.spec.clone().unwrap_or_default()}));
+    let labels = BTreeMap::from([
+        (LABEL_STORM_SERVICE_NAME.to_string(), service_name),
+        (
+            LABEL_STORM_SERVICE_REVISION.to_string(),
+            revision.name_any(),
+        ),
+    ]);
+    let mut annotations = BTreeMap::from([(ANNOTATION_REVISION.to_string(), revision.name_any())]);
+    for (role, role_revision) in roles {
+        annotations.insert(
+            format!("{ANNOTATION_ROLE_REVISION_PREFIX}{role}"),
+            role_revision.revision.to_string(),
+        );
+        annotations.insert(
+            format!("{ANNOTATION_ROLE_REVISION_NAME_PREFIX}{role}"),
+            role_revision.name_any(),
+        );
+    }
+    for (field, values) in [("labels", labels), ("annotations", annotations)] {
+        if roleset.metadata.labels.is_none() && field == "labels"
+            || roleset.metadata.annotations.is_none() && field == "annotations"
+        {
+            ops.push(json!({"op": "add", "path": format!("/metadata/{field}"), "value": {}}));
+        }
+        for (key, value) in values {
+            ops.push(json!({"op": "add", "path": format!("/metadata/{field}/{}", escape(&key)), "value": value}));
+        }
+    }
+    let api: Api<RoleSet> =
+        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+    api.patch(
+        &roleset.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!(ops)).expect("a JSON patch")),
+    )
+    .await?;
+    ctx.metrics.api_write("stormservice", "patch", "rolesets");
+    Ok(())
+}
+
+/// The headless Service `<name>` (AIBRIX-REFERENCE §2.2.2): created when missing; when its
+/// selector or `publishNotReadyAddresses` drifted, only those fields are patched.
+async fn sync_headless_service(service: &StormService, ctx: &Context) -> Result<(), Error> {
+    let api: Api<Service> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let name = service.name_any();
+    let selector = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), name.clone())]);
+    match api.get_opt(&name).await? {
+        None => {
+            let desired = Service {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: service.namespace(),
+                    labels: service.metadata.labels.clone(),
+                    owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(ServiceSpec {
+                    cluster_ip: Some("None".into()),
+                    selector: Some(selector),
+                    publish_not_ready_addresses: Some(true),
+                    ..ServiceSpec::default()
+                }),
+                status: None,
+            };
+            match api.create(&PostParams::default(), &desired).await {
+                Ok(_) => {
+                    ctx.metrics.api_write("stormservice", "create", "services");
+                    ctx.publish(
+                        "stormservice",
+                        service,
+                        None,
+                        false,
+                        "HeadlessServiceSynced",
+                        format!("Headless Service {name} created"),
+                    )
+                    .await;
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Some(existing) => {
+            let spec = existing.spec.unwrap_or_default();
+            if spec.selector.as_ref() != Some(&selector)
+                || spec.publish_not_ready_addresses != Some(true)
+            {
+                let patch =
+                    json!({"spec": {"selector": selector, "publishNotReadyAddresses": true}});
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                ctx.metrics.api_write("stormservice", "patch", "services");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finds or writes the update revision of the template (AIBRIX-REFERENCE §2.2.1): the newest
+/// equal revision is reused; an older equal one is a rollback and becomes the newest; else a
+/// new revision is written.
+async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisions, Error> {
+    let api: Api<ControllerRevision> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let uid = service.uid().unwrap_or_default();
+    let mut history: Vec<ControllerRevision> = api
+        .list(
+            &ListParams::default()
+                .labels(&format!("{LABEL_REVISION_OWNER}={}", service.name_any())),
+        )
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| {
+            r.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect();
+    history.sort_by(|a, b| {
+        (a.revision, &a.metadata.creation_timestamp, a.name_any()).cmp(&(
+            b.revision,
+            &b.metadata.creation_timestamp,
+            b.name_any(),
+        ))
+    });
+    let status = service.status.clone().unwrap_or_default();
+    let mut collision_count = u32::try_from(status.collision_count.unwrap_or(0)).unwrap_or(0);
+    let next = history.last().map_or(1, |r| r.revision + 1);
+    let template = &service.spec.template;
+    let equal = history.iter().rposition(|r| holds(r, template));
+    let update = match equal {
+        Some(i) if i + 1 == history.len() => history[i].clone(),
+        Some(i) => {
+            // A rollback: the old revision becomes the newest.
+            let patch = json!({"revision": next});
+            let bumped = api
+                .patch(
+                    &history[i].name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            ctx.metrics
+                .api_write("stormservice", "patch", "controllerrevisions");
+            bumped
+        }
+        None => {
+            let (created, count) =
+                write_revision(&api, service, template, next, collision_count).await?;
+            ctx.metrics
+                .api_write("stormservice", "create", "controllerrevisions");
+            collision_count = count;
+            created
+        }
+    };
+    let current = status
+        .current_revision
+        .as_ref()
+        .and_then(|name| history.iter().find(|r| &r.name_any() == name))
+        .cloned()
+        .unwrap_or_else(|| update.clone());
+    Ok(Revisions {
+        current,
+        update,
+        collision_count,
+        history,
+    })
+}
+
+/// Deletes the oldest revisions beyond `revisionHistoryLimit` that no RoleSet uses.
+async fn truncate_history(
+    service: &StormService,
+    ctx: &Context,
+    revisions: &Revisions,
+    rolesets: &[RoleSet],
+) -> Result<(), Error> {
+    let limit = service
+        .spec
+        .revision_history_limit
+        .map_or(DEFAULT_HISTORY_LIMIT, |l| usize::try_from(l).unwrap_or(0));
+    let mut live: Vec<String> = vec![revisions.current.name_any(), revisions.update.name_any()];
+    live.extend(
+        rolesets
+            .iter()
+            .filter_map(|r| r.labels().get(LABEL_STORM_SERVICE_REVISION).cloned()),
+    );
+    let candidates: Vec<&ControllerRevision> = revisions
+        .history
+        .iter()
+        .filter(|r| !live.contains(&r.name_any()))
+        .collect();
+    if candidates.len() <= limit {
+        return Ok(());
+    }
+    let api: Api<ControllerRevision> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    for revision in &candidates[..candidates.len() - limit] {
+        delete_child(
+            &api,
+            &revision.name_any(),
+            ctx,
+            "stormservice",
+            "controllerrevisions",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Reports a spec the validator rejects (`InvalidSpec`), keeping other status fields.
+async fn write_invalid(service: &StormService, ctx: &Context, message: &str) -> Result<(), Error> {
+    let api: Api<StormService> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let fresh = api.get_status(&service.name_any()).await?;
+    let old = fresh.status.clone().unwrap_or_default();
+    let generation = service.metadata.generation;
+    let mut conditions: Vec<_> = old
+        .conditions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "InvalidSpec" && c.type_ != "Ready")
+        .collect();
+    conditions.push(condition(
+        "InvalidSpec",
+        "True",
+        "ValidationFailed",
+        message.to_string(),
+        generation,
+    ));
+    conditions.push(condition(
+        "Ready",
+        "False",
+        "InvalidSpec",
+        "the spec is invalid; RoleSets are left as they are".into(),
+        generation,
+    ));
+    keep_transition_times(
+        &mut conditions,
+        old.conditions.as_deref().unwrap_or_default(),
+    );
+    let status = StormServiceStatus {
+        observed_generation: generation,
+        conditions: Some(conditions),
+        ..old
+    };
+    patch_status(&api, &fresh, status, ctx).await
+}
+
+async fn patch_status(
+    api: &Api<StormService>,
+    fresh: &StormService,
+    status: StormServiceStatus,
+    ctx: &Context,
+) -> Result<(), Error> {
+    if fresh.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": fresh.resource_version()},
+        "status": status,
+    });
+    api.patch_status(
+        &fresh.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.metrics
+        .api_write("stormservice", "patch", "stormservices/status");
+    Ok(())
+}
+
+/// Whether every role of a RoleSet has all its replicas updated (and Ready, with `ready`),
+/// per a status that describes the RoleSet's current generation. `desired` holds the live
+/// template's role replicas, which RoleSets on the update revision follow (a RoleSet not
+/// yet patched to them is not updated).
+fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>) -> bool {
+    let Some(status) = roleset.status.as_ref() else {
+        return false;
+    };
+    if status.observed_generation != roleset.metadata.generation {
+        return false;
+    }
+    roleset.spec.roles.iter().flatten().all(|role| {
+        status
+            .roles
+            .iter()
+            .flatten()
+            .find(|r| r.name == role.name)
+            .is_some_and(|r| {
+                let count = if ready {
+                    r.updated_ready_replicas
+                } else {
+                    r.updated_replicas
+                };
+                let want = desired
+                    .get(&role.name)
+                    .copied()
+                    .unwrap_or_else(|| role.replicas_or_default());
+                role.replicas_or_default() == want && count >= want
+            })
+    })
+}
+
+/// Computes and writes status (AIBRIX-REFERENCE §2.2.8 with SPEC §5.1 conditions); returns
+/// when to look again (the progress deadline, if one is running).
+async fn write_status(
+    service: &StormService,
+    ctx: &Context,
+    revisions: &Revisions,
+    rolesets: &[RoleSet],
+    desired: u32,
+) -> Result<Action, Error> {
+    let api: Api<StormService> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let fresh = api.get_status(&service.name_any()).await?;
+    let old = fresh.status.clone().unwrap_or_default();
+    let generation = service.metadata.generation;
+    let update_name = revisions.update.name_any();
+    let mut current_name = revisions.current.name_any();
+    let active: Vec<&RoleSet> = rolesets
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect();
+    let on = |r: &&RoleSet, revision: &str| {
+        r.labels()
+            .get(LABEL_STORM_SERVICE_REVISION)
+            .map(String::as_str)
+            == Some(revision)
+    };
+    let count = |f: &dyn Fn(&&RoleSet) -> bool| active.iter().filter(|r| f(r)).count() as i32;
+    // "Current" is promoted once no RoleSet is left on anything but the update revision.
+    if count(&|r| !on(r, &update_name)) == 0 {
+        current_name = update_name.clone();
+    }
+    let replicas = active.len() as i32;
+    let ready = count(&|r| fresh_ready(r));
+    let role_replicas: BTreeMap<String, i32> = service
+        .spec
+        .template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .map(|r| (r.name.clone(), r.replicas_or_default()))
+        .collect();
+    let updated = count(&|r| on(r, &update_name) && roles_updated(r, false, &role_replicas));
+    let updated_ready =
+        count(&|r| on(r, &update_name) && fresh_ready(r) && roles_updated(r, true, &role_replicas));
+    let desired = desired as i32;
+    let complete = ready >= desired
+        && updated == desired
+        && replicas == desired
+        && current_name == update_name;
+    let paused = service.spec.paused == Some(true);
+
+    let mut conditions = vec![if complete {
+        condition(
+            "Ready",
+            "True",
+            "RoleSetsReady",
+            format!("{ready} of {desired} RoleSets updated and Ready"),
+            generation,
+        )
+    } else {
+        condition(
+            "Ready",
+            "False",
+            "RoleSetsNotReady",
+            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
+            generation,
+        )
+    }];
+    // Progress: any count moved since the stored status (or the spec changed).
+    let moved = old.observed_generation != generation
+        || (
+            old.replicas,
+            old.ready_replicas,
+            old.updated_replicas,
+            old.updated_ready_replicas,
+        ) != (replicas, ready, updated, updated_ready);
+    let previous_progress = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Progressing")
+        .cloned();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let last_progress = match (&previous_progress, moved) {
+        (Some(c), false) => c.last_update_time.as_ref().map_or(now, |t| t.0),
+        _ => now,
+    };
+    let deadline = service
+        .spec
+        .progress_deadline_seconds
+        .map_or(DEFAULT_PROGRESS_DEADLINE, i64::from);
+    let stalled_for = now.as_second() - last_progress.as_second();
+    let mut requeue = Action::requeue(Duration::from_secs(300));
+    let mut progressing = if complete {
+        condition(
+            "Progressing",
+            "True",
+            "RolloutComplete",
+            "every RoleSet is updated and Ready".into(),
+            generation,
+        )
+    } else if paused {
+        condition(
+            "Progressing",
+            "Unknown",
+            "Paused",
+            "the rollout is paused".into(),
+            generation,
+        )
+    } else if stalled_for >= deadline {
+        condition(
+            "Progressing",
+            "False",
+            "ProgressDeadlineExceeded",
+            format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
+            generation,
+        )
+    } else {
+        let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
+        requeue = Action::requeue(Duration::from_secs(left));
+        condition(
+            "Progressing",
+            "True",
+            "RollingOut",
+            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
+            generation,
+        )
+    };
+    progressing.last_update_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        last_progress,
+    ));
+    conditions.push(progressing);
+    conditions.push(condition(
+        "Paused",
+        if paused { "True" } else { "False" },
+        if paused { "Paused" } else { "Running" },
+        if paused {
+            "spec.paused is set: scaling continues, rollouts wait".into()
+        } else {
+            "rollouts proceed".into()
+        },
+        generation,
+    ));
+    conditions.push(condition(
+        "InvalidSpec",
+        "False",
+        "Valid",
+        "the spec passes validation".into(),
+        generation,
+    ));
+    // Conditions of other writers (the canary) are kept.
+    let ours = [
+        "Ready",
+        "Progressing",
+        "Paused",
+        "InvalidSpec",
+        "ReplicaFailure",
+    ];
+    conditions.extend(
+        old.conditions
+            .iter()
+            .flatten()
+            .filter(|c| !ours.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+    keep_transition_times(
+        &mut conditions,
+        old.conditions.as_deref().unwrap_or_default(),
+    );
+
+    let mut roles: BTreeMap<String, RoleStatus> = BTreeMap::new();
+    for roleset in rolesets {
+        let updated_revision = on(&roleset, &update_name);
+        for role in roleset
+            .status
+            .as_ref()
+            .and_then(|s| s.roles.clone())
+            .unwrap_or_default()
+        {
+            let entry = roles
+                .entry(role.name.clone())
+                .or_insert_with(|| RoleStatus {
+                    name: role.name.clone(),
+                    ..RoleStatus::default()
+                });
+            entry.replicas += role.replicas;
+            entry.ready_replicas += role.ready_replicas;
+            entry.not_ready_replicas += role.not_ready_replicas;
+            if updated_revision {
+                entry.updated_replicas += role.updated_replicas;
+                entry.updated_ready_replicas += role.updated_ready_replicas;
+            }
+        }
+    }
+    let status = StormServiceStatus {
+        observed_generation: generation,
+        replicas,
+        ready_replicas: ready,
+        not_ready_replicas: replicas - ready,
+        current_replicas: count(&|r| on(r, &current_name)),
+        updated_replicas: updated,
+        updated_ready_replicas: updated_ready,
+        current_revision: Some(current_name),
+        update_revision: Some(update_name),
+        conditions: Some(conditions),
+        collision_count: Some(i32::try_from(revisions.collision_count).unwrap_or(i32::MAX)),
+        scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
+        role_statuses: Some(roles.into_values().collect()),
+        canary_status: old.canary_status.clone(),
+    };
+    patch_status(&api, &fresh, status, ctx).await?;
+    Ok(requeue)
+}
