@@ -400,3 +400,254 @@ async fn pooled_mode_updates_in_place_and_scales_roles_without_a_revision() {
         "a role-replica change writes no revision"
     );
 }
+
+/// Active RoleSets of `rolesets` as (on the current revision, on the update revision).
+fn split_of(rolesets: &[RoleSet], update_revision: &str) -> (usize, usize) {
+    let active: Vec<&RoleSet> = rolesets
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect();
+    let updated = active
+        .iter()
+        .filter(|r| {
+            r.labels().get("storm-service-revision").map(String::as_str) == Some(update_revision)
+        })
+        .count();
+    (active.len() - updated, updated)
+}
+
+fn kubectl_ok(args: &[&str]) {
+    let out = e2e::kubectl(args, None);
+    assert!(out.success, "kubectl {args:?}: {}", out.stderr);
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn scaling_while_paused_mid_rollout_keeps_the_proportional_split() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "split").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let ss = stormservice(
+        "split",
+        3,
+        json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0}),
+        &[("decode", 1)],
+    );
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    wait_settled(&api, "split", 1, "split Ready").await;
+
+    // The new template's pods are held not Ready, so the rollout stops at its one surge
+    // RoleSet: 3 current + 1 updated.
+    let changed = patch(
+        &api,
+        "split",
+        json!([
+            {"op": "replace", "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"},
+            {"op": "add", "path": "/spec/template/spec/roles/0/template/metadata", "value": {"annotations": {"e2e.squall.dev/hold-ready": "true"}}},
+        ]),
+    )
+    .await;
+    let updated = wait_for(&api, "split", "an update revision", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref()).is_some_and(|s| {
+            s.observed_generation == changed.metadata.generation
+                && s.update_revision != s.current_revision
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap()
+    .status
+    .unwrap()
+    .update_revision
+    .unwrap();
+    e2e::wait_for_all(
+        &rolesets,
+        "3 current + 1 updated RoleSets",
+        TIMEOUT,
+        |all| split_of(all, &updated) == (3, 1),
+    )
+    .await
+    .unwrap();
+
+    patch(
+        &api,
+        "split",
+        json!([{"op": "add", "path": "/spec/paused", "value": true}]),
+    )
+    .await;
+    wait_for(&api, "split", "the Paused condition", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Paused" && c.status == "True"))
+    })
+    .await
+    .unwrap();
+    // 4 → 6 splits (3, 1) as (5, 1); 6 → 2 splits (5, 1) as (2, 0).
+    for (replicas, want) in [("6", (5, 1)), ("2", (2, 0))] {
+        kubectl_ok(&[
+            "scale",
+            "-n",
+            ns.name(),
+            "stormservice/split",
+            &format!("--replicas={replicas}"),
+        ]);
+        e2e::wait_for_all(
+            &rolesets,
+            &format!("the split {want:?} at {replicas} replicas"),
+            TIMEOUT,
+            |all| split_of(all, &updated) == want && all.len() == want.0 + want.1,
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn an_hpa_scales_the_stormservice_through_the_scale_subresource() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "hpa").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    api.create(
+        &PostParams::default(),
+        &stormservice(
+            "scaled",
+            1,
+            json!({"type": "RollingUpdate"}),
+            &[("decode", 1)],
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&api, "scaled", 1, "scaled Ready").await;
+    // min = max: the HPA controller sets the replicas without consulting any metrics API.
+    let hpa = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "scaled"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService", "name": "scaled"},
+            "minReplicas": 5, "maxReplicas": 5,
+        }
+    });
+    let out = apply(ns.name(), &hpa.to_string());
+    assert!(out.success, "{}", out.stderr);
+    let scaled = wait_for(&api, "scaled", "5 Ready RoleSets", TIMEOUT, |ss| {
+        ss.is_some_and(|ss| ss.spec.replicas == Some(5) && settled(Some(ss), None))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(scaled.status.unwrap().ready_replicas, 5);
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn identical_selectors_in_two_namespaces_stay_apart() {
+    install_crds();
+    let client = client().await;
+    let mut checks = Vec::new();
+    for replicas in [2, 3] {
+        let client = client.clone();
+        checks.push(async move {
+            let ns = TestNamespace::create(&client, "twin").await;
+            let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+            let created = api
+                .create(
+                    &PostParams::default(),
+                    &stormservice(
+                        "twin",
+                        replicas,
+                        json!({"type": "RollingUpdate"}),
+                        &[("decode", 1)],
+                    ),
+                )
+                .await
+                .unwrap();
+            wait_settled(&api, "twin", 1, "twin Ready").await;
+            (ns, created.uid().unwrap(), replicas)
+        });
+    }
+    let twins = futures::future::join_all(checks).await;
+    for (ns, uid, replicas) in &twins {
+        let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+        let owned = rolesets.list(&Default::default()).await.unwrap().items;
+        assert_eq!(
+            owned.len() as i32,
+            *replicas,
+            "{}: its own RoleSets only",
+            ns.name()
+        );
+        for roleset in &owned {
+            let owner = &roleset.metadata.owner_references.as_ref().unwrap()[0];
+            assert_eq!(&owner.uid, uid);
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_stalled_rollout_exceeds_its_progress_deadline_until_pods_are_ready() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "deadline").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let mut ss = stormservice(
+        "slow",
+        1,
+        json!({"type": "RollingUpdate"}),
+        &[("decode", 1)],
+    );
+    ss.spec.progress_deadline_seconds = Some(5);
+    let roles = ss
+        .spec
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .roles
+        .as_mut()
+        .unwrap();
+    roles[0].template.as_mut().unwrap().metadata = Some(
+        serde_json::from_value(json!({"annotations": {"e2e.squall.dev/hold-ready": "true"}}))
+            .unwrap(),
+    );
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    let progressing = |ss: Option<&StormService>, status: &str, reason: &str| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "Progressing"
+                        && c.status == status
+                        && c.reason.as_deref() == Some(reason)
+                })
+            })
+    };
+    wait_for(&api, "slow", "ProgressDeadlineExceeded", TIMEOUT, |ss| {
+        progressing(ss, "False", "ProgressDeadlineExceeded")
+    })
+    .await
+    .unwrap();
+    for pod in pods.list(&Default::default()).await.unwrap().items {
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e.squall.dev/ready": "true"}}})),
+        )
+        .await
+        .unwrap();
+    }
+    wait_for(
+        &api,
+        "slow",
+        "Ready with the rollout complete",
+        TIMEOUT,
+        |ss| settled(ss, None) && progressing(ss, "True", "RolloutComplete"),
+    )
+    .await
+    .unwrap();
+}
