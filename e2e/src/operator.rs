@@ -128,11 +128,14 @@ impl Operator {
         let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log")))
             .expect("operator log");
         // Test operators exercise webhooks and certificates; the shared operator
-        // (e2e/operator.sh) is the one running controllers.
-        let mut args: Vec<String> = ["run", mode, "--log-format", "plain", "--controllers=false"]
+        // (e2e/operator.sh) is the one running controllers, unless a serial test asks for them.
+        let mut args: Vec<String> = ["run", mode, "--log-format", "plain"]
             .iter()
             .map(ToString::to_string)
             .collect();
+        if !extra.iter().any(|a| a.starts_with("--controllers")) {
+            args.push("--controllers=false".into());
+        }
         if mode == "--local" {
             args.extend(["--release".to_string(), release.to_string()]);
         }
@@ -198,6 +201,13 @@ impl Operator {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// SIGKILL: the operator dies without any shutdown step (its configurations are then
+    /// removed as on every drop).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Operator {
@@ -205,7 +215,9 @@ impl Drop for Operator {
     /// are removed so the API server stops calling a server that is gone.
     fn drop(&mut self) {
         let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {

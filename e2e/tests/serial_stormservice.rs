@@ -1,0 +1,244 @@
+//! StormService behaviour that needs an operator of its own (run serially, before the shared
+//! operator starts): an invalid spec that no webhook checked is reported as `InvalidSpec` and
+//! left alone until fixed; and SIGKILL at observed states of a rollout and a scale-out — the
+//! restarted operator completes them within the budgets, without duplicate RoleSets or
+//! indexes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use e2e::operator::Operator;
+use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use squall::api::{RoleSet, StormService};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// An observed state of the RoleSets at which the operator is killed.
+type KillPoint = Box<dyn Fn(&[RoleSet]) -> bool>;
+/// Controllers on, no webhook registered: objects reach the API server unchecked.
+const UNCHECKED: &[&str] = &["--controllers=true", "--webhook-configs", "none"];
+
+fn stormservice(name: &str, replicas: i32, labels: Value) -> StormService {
+    serde_json::from_value(json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "updateStrategy": {"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1},
+            "template": {"metadata": {"labels": labels}, "spec": {"roles": [
+                {"name": "decode", "replicas": 1,
+                 "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}}
+            ]}},
+        }
+    }))
+    .unwrap()
+}
+
+fn condition(ss: Option<&StormService>, type_: &str) -> Option<(String, String)> {
+    ss?.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
+}
+
+fn settled(ss: Option<&StormService>) -> bool {
+    ss.and_then(|s| s.status.as_ref().map(|st| (s, st)))
+        .is_some_and(|(s, st)| {
+            st.observed_generation == s.metadata.generation
+                && st.current_revision == st.update_revision
+                && condition(Some(s), "Ready").is_some_and(|(status, _)| status == "True")
+        })
+}
+
+fn roleset_ready(rs: &RoleSet) -> bool {
+    rs.metadata.deletion_timestamp.is_none()
+        && rs.status.as_ref().is_some_and(|s| {
+            s.observed_generation == rs.metadata.generation
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn an_unchecked_invalid_spec_gets_invalid_spec_and_no_rolesets_until_fixed() {
+    install_crds();
+    let operator = Operator::start("invalid", UNCHECKED);
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "invalid").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    // The selector does not select the template's labels.
+    api.create(
+        &PostParams::default(),
+        &stormservice("bad", 2, json!({"app": "other"})),
+    )
+    .await
+    .unwrap();
+    let reported = wait_for(&api, "bad", "InvalidSpec", TIMEOUT, |ss| {
+        condition(ss, "InvalidSpec").is_some_and(|(status, _)| status == "True")
+    })
+    .await
+    .unwrap();
+    let (_, message) = condition(reported.as_ref(), "InvalidSpec").unwrap();
+    assert!(
+        message.contains("spec.template.metadata.labels"),
+        "the message names the field: {message}"
+    );
+    assert!(
+        rolesets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no RoleSet"
+    );
+
+    api.patch(
+        "bad",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"app": "bad"}}}}})),
+    )
+    .await
+    .unwrap();
+    let fixed = wait_for(&api, "bad", "Ready once fixed", TIMEOUT, settled)
+        .await
+        .unwrap();
+    assert_eq!(
+        condition(fixed.as_ref(), "InvalidSpec")
+            .map(|(status, _)| status)
+            .as_deref(),
+        Some("False")
+    );
+    assert_eq!(
+        rolesets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+    drop(operator);
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budgets() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "kill").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let recorder = Recorder::start(rolesets.clone()).await;
+    let mut operator = Operator::start("killed", UNCHECKED);
+    api.create(
+        &PostParams::default(),
+        &stormservice("llm", 4, json!({"app": "llm"})),
+    )
+    .await
+    .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
+        .await
+        .unwrap();
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+
+    api.patch(
+        "llm",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
+            "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"}])).unwrap()),
+    )
+    .await
+    .unwrap();
+    let first_revision = rolesets.list(&Default::default()).await.unwrap().items[0].labels()
+        ["storm-service-revision"]
+        .clone();
+    // Kill points, defined by observed state.
+    let kill_points: [(&str, KillPoint); 2] = [
+        (
+            "one RoleSet terminating",
+            Box::new(|all: &[RoleSet]| all.iter().any(|r| r.metadata.deletion_timestamp.is_some())),
+        ),
+        (
+            "the first new RoleSet Ready",
+            Box::new(move |all: &[RoleSet]| {
+                all.iter().any(|r| {
+                    r.labels()["storm-service-revision"] != first_revision && roleset_ready(r)
+                })
+            }),
+        ),
+    ];
+    for (what, point) in kill_points {
+        wait_for_all(&rolesets, what, TIMEOUT, |all| point(all))
+            .await
+            .unwrap();
+        operator.kill();
+        operator = Operator::start("killed", UNCHECKED);
+    }
+    wait_for(&api, "llm", "llm Ready after the rollout", TIMEOUT, settled)
+        .await
+        .unwrap();
+    recorder.catch_up(&rolesets).await;
+    let rollout_end = recorder.events().len();
+
+    // Mid scale-out: 4 → 8, killed once more RoleSets exist but not all.
+    api.patch(
+        "llm",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 8}})),
+    )
+    .await
+    .unwrap();
+    wait_for_all(&rolesets, "mid scale-out", TIMEOUT, |all| {
+        all.len() > 4 && all.len() < 8
+    })
+    .await
+    .unwrap();
+    operator.kill();
+    let operator = Operator::start("killed", UNCHECKED);
+    wait_for(&api, "llm", "llm Ready at 8", TIMEOUT, |ss| {
+        settled(ss) && ss.is_some_and(|s| s.status.as_ref().unwrap().ready_replicas == 8)
+    })
+    .await
+    .unwrap();
+
+    let all = rolesets.list(&Default::default()).await.unwrap().items;
+    assert_eq!(all.len(), 8, "no duplicate RoleSet");
+    let indexes: BTreeSet<String> = all
+        .iter()
+        .map(|r| r.annotations()["stormservice.orchestration.aibrix.ai/roleset-index"].clone())
+        .collect();
+    assert_eq!(indexes.len(), 8, "no duplicate index: {indexes:?}");
+    // The budgets at every observed state of the rollout (4 RoleSets, maxSurge 1,
+    // maxUnavailable 1), across both restarts.
+    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
+    for (i, event) in recorder.events()[..rollout_end].iter().enumerate() {
+        match event {
+            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
+            Observed::Deleted(r) => state.remove(&r.name_any()),
+        };
+        if i < start {
+            continue;
+        }
+        let ready = state.values().filter(|r| roleset_ready(r)).count();
+        assert!(
+            state.len() <= 5,
+            "event {i}: {} RoleSets, at most 5",
+            state.len()
+        );
+        assert!(ready >= 3, "event {i}: {ready} Ready RoleSets, at least 3");
+    }
+    drop(operator);
+}
