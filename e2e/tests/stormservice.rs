@@ -11,7 +11,7 @@ use e2e::{
     Observed, Recorder, TestNamespace, apply, client, documents, install_crds, shared_dir, wait_for,
 };
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -215,6 +215,34 @@ async fn replica_mode_rolls_within_budgets_rolls_back_and_truncates_history() {
     );
     api.create(&PostParams::default(), &ss).await.unwrap();
     let first = wait_settled(&api, "llm", 1, "llm Ready").await;
+    let services: Api<Service> = Api::namespaced(client.clone(), ns.name());
+    let headless = services.get("llm").await.unwrap().spec.unwrap();
+    assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(headless.selector.unwrap()["storm-service-name"], "llm");
+    assert_eq!(headless.publish_not_ready_addresses, Some(true));
+    let status = first.status.clone().unwrap();
+    assert_eq!(
+        (
+            status.replicas,
+            status.ready_replicas,
+            status.updated_ready_replicas
+        ),
+        (4, 4, 4)
+    );
+    let roles: Vec<(String, i32)> = status
+        .role_statuses
+        .unwrap()
+        .iter()
+        .map(|r| (r.name.clone(), r.ready_replicas))
+        .collect();
+    assert_eq!(
+        roles,
+        [("decode".to_string(), 4), ("router".to_string(), 4)]
+    );
+    assert_eq!(
+        status.scaling_target_selector.as_deref(),
+        Some("storm-service-name=llm")
+    );
     let first_revision = first.status.unwrap().update_revision.unwrap();
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
@@ -334,6 +362,16 @@ async fn pooled_mode_updates_in_place_and_scales_roles_without_a_revision() {
     api.create(&PostParams::default(), &ss).await.unwrap();
     wait_settled(&api, "pool", 1, "pool Ready").await;
     let roleset = rolesets.list(&Default::default()).await.unwrap().items[0].name_any();
+    // Metadata of other tools survives an in-place update.
+    rolesets
+        .patch(
+            &roleset,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "serving"},
+                "annotations": {"example.com/owner": "ops"}}})),
+        )
+        .await
+        .unwrap();
     let uids = |pods: &[Pod], role: &str| -> BTreeSet<String> {
         pods.iter()
             .filter(|p| role_of(p) == role)
@@ -357,6 +395,8 @@ async fn pooled_mode_updates_in_place_and_scales_roles_without_a_revision() {
         roleset,
         "the RoleSet is updated in place"
     );
+    assert_eq!(current[0].labels()["team"], "serving");
+    assert_eq!(current[0].annotations()["example.com/owner"], "ops");
     assert_eq!(
         uids(&after, "prefill"),
         uids(&before, "prefill"),
@@ -650,4 +690,52 @@ async fn a_stalled_rollout_exceeds_its_progress_deadline_until_pods_are_ready() 
     )
     .await
     .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_revision_name_taken_by_other_data_moves_to_the_next_collision_count() {
+    use squall::controller::revision::{revision_data, revision_hash, revision_name};
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "collide").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
+    let ss = stormservice(
+        "clash",
+        1,
+        json!({"type": "RollingUpdate"}),
+        &[("decode", 1)],
+    );
+    // The template as stored: the mutating webhook's defaults are part of it.
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let defaulted = api.create(&dry_run, &ss).await.unwrap();
+    let data = revision_data(&defaulted.spec.template);
+    // Someone else's object holds the name of collision count 0.
+    let squatter: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": revision_name("clash", &revision_hash(&data, 0))},
+        "data": {"other": true}, "revision": 1,
+    }))
+    .unwrap();
+    revisions
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    let ready = wait_settled(&api, "clash", 1, "clash Ready").await;
+    let status = ready.status.unwrap();
+    assert_eq!(status.collision_count, Some(1));
+    assert_eq!(
+        status.update_revision.unwrap(),
+        revision_name("clash", &revision_hash(&data, 1))
+    );
+    let kept = revisions.get(&squatter.name_any()).await.unwrap();
+    assert_eq!(
+        kept.data.unwrap().0,
+        json!({"other": true}),
+        "the other object is untouched"
+    );
 }
