@@ -44,6 +44,7 @@ pub struct Metrics {
     admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     cert_expiry: Gauge,
     api_writes: Family<WriteLabels, Counter>,
+    leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -70,6 +71,12 @@ impl Default for Metrics {
             "Expiry (Unix time) of the webhook serving certificate",
             cert_expiry.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "squall_leader",
+            "1 while this process holds the controllers' Lease (or runs them without election)",
+            leader.clone(),
+        );
         let api_writes = Family::<WriteLabels, Counter>::default();
         registry.register(
             "squall_api_writes",
@@ -82,6 +89,7 @@ impl Default for Metrics {
             admission_duration,
             cert_expiry,
             api_writes,
+            leader,
         }
     }
 }
@@ -113,6 +121,11 @@ impl Metrics {
                 resource: resource.into(),
             })
             .inc();
+    }
+
+    /// Whether this process runs the controllers.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Records the serving certificate's expiry.

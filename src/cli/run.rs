@@ -76,6 +76,17 @@ pub struct RunArgs {
     /// Run the reconcile loops (they start once `/readyz` is green).
     #[arg(long, env = "SQUALL_CONTROLLERS", default_value_t = true, action = clap::ArgAction::Set)]
     controllers: bool,
+    /// Reconcile only while holding the Lease (--lease-name) in --namespace, so one
+    /// of several replicas reconciles (all serve webhooks). Default: true, false with --local
+    /// (a single process).
+    #[arg(long, env = "SQUALL_LEADER_ELECT", action = clap::ArgAction::Set)]
+    leader_elect: Option<bool>,
+    /// Name of the controllers' Lease; default `<release>-controllers`.
+    #[arg(long, env = "SQUALL_LEASE_NAME")]
+    lease_name: Option<String>,
+    /// How long a Lease holds without renewal before another replica takes over.
+    #[arg(long, env = "SQUALL_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
     /// Log format.
     #[arg(long, env = "SQUALL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -259,20 +270,28 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             .await
     });
     tracing::info!(%webhook_addr, %admin_addr, local = args.local, "squall serving");
+    let election = args.leader_elect.unwrap_or(!args.local).then(|| Election {
+        lease: args
+            .lease_name
+            .clone()
+            .unwrap_or_else(|| format!("{}-controllers", args.release)),
+        namespace: args.namespace.clone(),
+        duration: args.lease_duration,
+    });
     let controllers = args.controllers.then(|| {
         let client = client.clone();
         let metrics = metrics.clone();
-        let mut stop = shutdown_rx.clone();
+        let stop = shutdown_rx.clone();
         tokio::spawn(async move {
             // SPEC §4.3: controllers start only once the webhooks are verifiably reachable.
             while readiness.check().await.is_err() {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            tracing::info!("ready: the served certificate verifies against the injected caBundle; starting controllers");
-            crate::controller::run(client, metrics, async move {
-                let _ = stop.changed().await;
-            })
-            .await;
+            tracing::info!("ready: the served certificate verifies against the injected caBundle");
+            if let Err(error) = run_controllers(client, metrics, election, stop).await {
+                tracing::error!(%error, "controllers stopped");
+                std::process::exit(1);
+            }
         })
     });
 
@@ -292,6 +311,78 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(e)) => Err(e.into()),
     }
+}
+
+/// Where the controllers' Lease lives.
+struct Election {
+    lease: String,
+    namespace: String,
+    duration: Duration,
+}
+
+/// Runs the controllers until `stop` — with an election, only while holding the Lease. Losing
+/// it stops the controllers and is an error: the process exits and its restart campaigns
+/// again, so two replicas never reconcile at once.
+async fn run_controllers(
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    election: Option<Election>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let Some(election) = election else {
+        tracing::info!("starting controllers (no leader election)");
+        metrics.set_leader(true);
+        crate::controller::run(client, metrics, async move {
+            let _ = stop.changed().await;
+        })
+        .await;
+        return Ok(());
+    };
+    let identity =
+        std::env::var("POD_NAME").unwrap_or_else(|_| format!("squall-{}", std::process::id()));
+    let seconds = election.duration.as_secs().max(2);
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &election.lease)
+        .with_namespace(&election.namespace)
+        .with_identity(&identity)
+        .with_duration(seconds)
+        .with_grace((seconds / 3).max(1))
+        .build()
+        .await
+        .with_context(|| format!("the Lease {}/{}", election.namespace, election.lease))?;
+    let (mut leader, lease_task) = manager.watch().await;
+    tracing::info!(lease = %election.lease, namespace = %election.namespace, %identity, "campaigning for the Lease");
+    while !*leader.borrow_and_update() {
+        tokio::select! {
+            changed = leader.changed() => changed.context("the lease manager stopped")?,
+            _ = stop.changed() => return Ok(()),
+        }
+    }
+    tracing::info!(lease = %election.lease, %identity, "leading: starting controllers");
+    metrics.set_leader(true);
+    let mut watch_leader = leader.clone();
+    let lost = async move {
+        while *watch_leader.borrow_and_update() {
+            if watch_leader.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
+    let shutdown = async move {
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = lost => { let _ = lost_tx.send(()); }
+        }
+    };
+    crate::controller::run(client, metrics.clone(), shutdown).await;
+    metrics.set_leader(false);
+    // Dropping the receiver releases the Lease for the next replica.
+    drop(leader);
+    let _ = lease_task.await;
+    if lost_rx.await.is_ok() {
+        bail!("lost the Lease {}", election.lease);
+    }
+    Ok(())
 }
 
 /// Removes the webhook configurations `--webhook-configs=register` created.
