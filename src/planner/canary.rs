@@ -1,0 +1,809 @@
+//! The canary step machine (SPEC §3.3): given the steps, the two revisions, the stored
+//! `canaryStatus` and what the controller observed this pass, the next `canaryStatus`, the
+//! weight the rollout works toward, and the transitions (with their trigger) to report.
+//!
+//! Pure: time comes in as `now`; the controller reads, calls [`step`], and writes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{CanaryMode, CanaryPhase, CanaryStatus, PauseCondition, PauseReason, StepState};
+
+/// One parsed canary step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Move this share (percent) of replicas to the canary revision.
+    Weight(u32),
+    /// Wait this many seconds; None waits until promoted.
+    Pause(Option<u64>),
+}
+
+/// What woke a transition (SPEC §3.3: recorded per transition, asserted by tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The observed children reached the step's target (a watch event).
+    Watch,
+    /// A timed pause ran out.
+    Timer,
+    /// A user's promote, abort, retry or template change.
+    User,
+}
+
+impl Trigger {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Watch => "watch",
+            Self::Timer => "timer",
+            Self::User => "user",
+        }
+    }
+}
+
+/// A transition to report as an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// Event reason (`CanaryStepStarted`, `CanaryPaused`, …).
+    pub reason: &'static str,
+    /// Event note.
+    pub message: String,
+    /// What caused it.
+    pub trigger: Trigger,
+}
+
+/// What the controller observed and knows this pass.
+#[derive(Clone, Debug)]
+pub struct CanaryInput<'a> {
+    /// The steps, a final `Weight(100)` included.
+    pub steps: &'a [Step],
+    /// Hash of the steps as written (an edit restarts the canary).
+    pub steps_hash: &'a str,
+    /// The stable revision (`currentRevision`).
+    pub stable_revision: &'a str,
+    /// The revision being rolled out (`updateRevision`).
+    pub canary_revision: &'a str,
+    /// `spec.replicas` (decides the mode when a canary starts).
+    pub replicas: u32,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// Since when (Unix seconds) the stored `Paused` condition has been True, if it is.
+    pub paused_since: Option<i64>,
+    /// Now, Unix seconds.
+    pub now: i64,
+    /// The stored `canaryStatus`.
+    pub previous: Option<&'a CanaryStatus>,
+    /// The weight of the current step is reached and Ready (children observed this pass).
+    pub target_ready: bool,
+}
+
+/// The outcome of a pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CanaryDecision {
+    /// The `canaryStatus` to store (None: no canary, the field is left as it is).
+    pub status: Option<CanaryStatus>,
+    /// Weight (percent) of replicas the rollout moves to the canary revision.
+    pub weight: u32,
+    /// Aborted: every replica returns to the stable revision.
+    pub aborting: bool,
+    /// Transitions to report.
+    pub transitions: Vec<Transition>,
+    /// Look again after this many seconds (a timed pause).
+    pub requeue_after: Option<u64>,
+}
+
+fn time(unix: i64) -> Time {
+    Time(Timestamp::from_second(unix).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+fn seconds(t: &Time) -> i64 {
+    t.0.as_second()
+}
+
+/// The weight in force at step `index`: the last `setWeight` at or before it.
+pub fn weight_at(steps: &[Step], index: usize) -> u32 {
+    steps[..=index.min(steps.len().saturating_sub(1))]
+        .iter()
+        .rev()
+        .find_map(|s| match s {
+            Step::Weight(w) => Some(*w),
+            Step::Pause(_) => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Replicas (or pods) a weight targets: `ceil(n × w / 100)`.
+pub fn target(n: u32, weight: u32) -> u32 {
+    (u64::from(n) * u64::from(weight)).div_ceil(100) as u32
+}
+
+fn has_gate(status: &CanaryStatus) -> bool {
+    status
+        .pause_conditions
+        .iter()
+        .flatten()
+        .any(|c| c.reason == PauseReason::CanaryPauseStep)
+}
+
+/// A new canary at step 0.
+fn start(input: &CanaryInput<'_>, mode: Option<CanaryMode>) -> CanaryStatus {
+    CanaryStatus {
+        current_step: 0,
+        phase: Some(CanaryPhase::Progressing),
+        mode: Some(mode.unwrap_or(if input.replicas > 1 {
+            CanaryMode::Replica
+        } else {
+            CanaryMode::Pooled
+        })),
+        stable_revision: Some(input.stable_revision.to_string()),
+        canary_revision: Some(input.canary_revision.to_string()),
+        steps_hash: Some(input.steps_hash.to_string()),
+        step_state: Some(StepState::Upgrading),
+        step_start_time: Some(time(input.now)),
+        paused_seconds: Some(0),
+        ..CanaryStatus::default()
+    }
+}
+
+/// One pass of the step machine.
+pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
+    let mut transitions = Vec::new();
+    let two_revisions = input.stable_revision != input.canary_revision;
+    let previous = input.previous.cloned();
+
+    // Is the stored canary the one for this revision and these steps?
+    let same_epoch = previous.as_ref().is_some_and(|p| {
+        p.canary_revision.as_deref() == Some(input.canary_revision)
+            && p.phase != Some(CanaryPhase::Completed)
+    });
+    if !two_revisions {
+        // Nothing to roll. A canary in flight whose template went back to stable ends as
+        // rolled back; anything else stays as it is.
+        let Some(mut status) = previous else {
+            return CanaryDecision::default();
+        };
+        let in_flight = !matches!(
+            status.phase,
+            Some(CanaryPhase::Completed | CanaryPhase::Aborted)
+        ) && status.canary_revision.as_deref() != Some(input.canary_revision);
+        if in_flight {
+            status.phase = Some(CanaryPhase::Aborted);
+            status.aborted_at = Some(time(input.now));
+            status.message = Some("rolled back: the template is the stable revision again".into());
+            status.pause_conditions = None;
+            transitions.push(Transition {
+                reason: "CanaryAborted",
+                message: "rolled back to the stable revision; trigger=user".into(),
+                trigger: Trigger::User,
+            });
+        }
+        return CanaryDecision {
+            status: Some(status),
+            weight: 100,
+            transitions,
+            ..CanaryDecision::default()
+        };
+    }
+
+    let mut status = match previous {
+        // Completed: stays so until the revisions are promoted or a new revision comes.
+        Some(p)
+            if p.phase == Some(CanaryPhase::Completed)
+                && p.canary_revision.as_deref() == Some(input.canary_revision) =>
+        {
+            return CanaryDecision {
+                status: Some(p),
+                weight: 100,
+                ..CanaryDecision::default()
+            };
+        }
+        Some(p) if same_epoch && p.steps_hash.as_deref() == Some(input.steps_hash) => p,
+        Some(p) if same_epoch => {
+            transitions.push(Transition {
+                reason: "CanaryRestarted",
+                message: "the steps were edited: restarting at step 0; trigger=user".into(),
+                trigger: Trigger::User,
+            });
+            start(input, p.mode)
+        }
+        _ => {
+            transitions.push(Transition {
+                reason: "CanaryStarted",
+                message: format!(
+                    "canary of revision {} over {}; trigger=user",
+                    input.canary_revision, input.stable_revision
+                ),
+                trigger: Trigger::User,
+            });
+            start(input, None)
+        }
+    };
+    let last = input.steps.len().saturating_sub(1);
+    let mut index = usize::try_from(status.current_step).unwrap_or(0).min(last);
+
+    // Aborted: back to stable until `abort` is cleared (retry from step 0).
+    if status.phase == Some(CanaryPhase::Aborted) {
+        if status.abort == Some(false) {
+            let mode = status.mode;
+            status = start(input, mode);
+            index = 0;
+            transitions.push(Transition {
+                reason: "CanaryRetried",
+                message: "retrying from step 0; trigger=user".into(),
+                trigger: Trigger::User,
+            });
+        } else {
+            return CanaryDecision {
+                status: Some(status),
+                weight: 0,
+                aborting: true,
+                transitions,
+                requeue_after: None,
+            };
+        }
+    }
+    if status.abort == Some(true) {
+        status.phase = Some(CanaryPhase::Aborted);
+        status.aborted_at = Some(time(input.now));
+        status.message = Some(format!("aborted at step {index}"));
+        status.pause_conditions = None;
+        transitions.push(Transition {
+            reason: "CanaryAborted",
+            message: format!(
+                "aborted at step {index}: returning to the stable revision; trigger=user"
+            ),
+            trigger: Trigger::User,
+        });
+        return CanaryDecision {
+            status: Some(status),
+            weight: 0,
+            aborting: true,
+            transitions,
+            requeue_after: None,
+        };
+    }
+    if status.promote_full == Some(true) && index != last {
+        index = last;
+        status.current_step = last as i32;
+        status.step_state = Some(StepState::Upgrading);
+        status.step_start_time = Some(time(input.now));
+        status.pause_conditions = None;
+        status.phase = Some(CanaryPhase::Progressing);
+        transitions.push(Transition {
+            reason: "CanaryPromotedFull",
+            message: "promoted to 100%: remaining steps skipped; trigger=user".into(),
+            trigger: Trigger::User,
+        });
+    }
+
+    // Paused time inside a timed pause is accumulated when the service resumes.
+    if !input.paused
+        && let Some(since) = input.paused_since
+        && status.step_state == Some(StepState::StepPaused)
+    {
+        let entered = status.step_start_time.as_ref().map_or(since, seconds);
+        let paused_for = input.now - since.max(entered);
+        status.paused_seconds = Some(status.paused_seconds.unwrap_or(0) + paused_for.max(0));
+    }
+
+    let mut requeue_after = None;
+    // Walk as far as this pass allows (a Ready target can open the next step at once).
+    // `spec.paused` freezes every transition.
+    while !input.paused {
+        match input.steps[index] {
+            Step::Weight(weight) => {
+                // No gate is open during a weight step.
+                status.pause_conditions = None;
+                if status.step_state != Some(StepState::Upgrading) {
+                    status.step_state = Some(StepState::Upgrading);
+                    status.step_start_time = Some(time(input.now));
+                }
+                status.phase = Some(CanaryPhase::Progressing);
+                if !input.target_ready {
+                    break;
+                }
+                if index == last {
+                    status.step_state = Some(StepState::StepReady);
+                    status.phase = Some(CanaryPhase::Completed);
+                    transitions.push(Transition {
+                        reason: "CanaryCompleted",
+                        message: format!(
+                            "weight {weight}% reached: every replica runs {}; trigger=watch",
+                            input.canary_revision
+                        ),
+                        trigger: Trigger::Watch,
+                    });
+                    break;
+                }
+                index += 1;
+                enter(&mut status, input, index, Trigger::Watch, &mut transitions);
+                if matches!(input.steps[index], Step::Weight(_)) {
+                    // What was observed is the previous weight's target.
+                    break;
+                }
+            }
+            Step::Pause(duration) => {
+                if status.step_state != Some(StepState::StepPaused) {
+                    enter(&mut status, input, index, Trigger::Watch, &mut transitions);
+                    continue;
+                }
+                let promoted = !has_gate(&status);
+                let expired = duration.is_some_and(|d| {
+                    let started = status.step_start_time.as_ref().map_or(input.now, seconds);
+                    let waited = input.now - started - status.paused_seconds.unwrap_or(0);
+                    if waited >= d as i64 {
+                        true
+                    } else {
+                        requeue_after = Some((d as i64 - waited).max(1) as u64);
+                        false
+                    }
+                });
+                if !(promoted || expired && input.target_ready) {
+                    break;
+                }
+                requeue_after = None;
+                let trigger = if promoted {
+                    Trigger::User
+                } else {
+                    Trigger::Timer
+                };
+                status.pause_conditions = None;
+                transitions.push(Transition {
+                    reason: "CanaryResumed",
+                    message: format!(
+                        "pause at step {index} ended ({}); trigger={}",
+                        if promoted {
+                            "promoted"
+                        } else {
+                            "duration elapsed"
+                        },
+                        trigger.as_str()
+                    ),
+                    trigger,
+                });
+                if index == last {
+                    break;
+                }
+                index += 1;
+                enter(&mut status, input, index, trigger, &mut transitions);
+                if matches!(input.steps[index], Step::Weight(_)) {
+                    break;
+                }
+            }
+        }
+    }
+    let weight = weight_at(input.steps, index);
+    CanaryDecision {
+        status: Some(status),
+        weight,
+        aborting: false,
+        transitions,
+        requeue_after,
+    }
+}
+
+/// Enters step `index`: a pause records its gate; a weight starts upgrading.
+fn enter(
+    status: &mut CanaryStatus,
+    input: &CanaryInput<'_>,
+    index: usize,
+    trigger: Trigger,
+    transitions: &mut Vec<Transition>,
+) {
+    status.current_step = index as i32;
+    status.step_start_time = Some(time(input.now));
+    status.paused_seconds = Some(0);
+    match input.steps[index] {
+        Step::Pause(duration) => {
+            status.step_state = Some(StepState::StepPaused);
+            status.phase = Some(CanaryPhase::Paused);
+            status.pause_conditions = Some(vec![PauseCondition {
+                reason: PauseReason::CanaryPauseStep,
+                start_time: time(input.now),
+            }]);
+            transitions.push(Transition {
+                reason: "CanaryPaused",
+                message: match duration {
+                    Some(d) => format!(
+                        "step {index}: pausing for {d}s; trigger={}",
+                        trigger.as_str()
+                    ),
+                    None => format!(
+                        "step {index}: waiting for promote; trigger={}",
+                        trigger.as_str()
+                    ),
+                },
+                trigger,
+            });
+        }
+        Step::Weight(weight) => {
+            status.step_state = Some(StepState::Upgrading);
+            status.phase = Some(CanaryPhase::Progressing);
+            transitions.push(Transition {
+                reason: "CanaryStepStarted",
+                message: format!(
+                    "step {index}: moving {weight}% to the canary revision; trigger={}",
+                    trigger.as_str()
+                ),
+                trigger,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// 25% → timed pause 10 s → 50% → manual gate → 100%.
+    const STEPS: &[Step] = &[
+        Step::Weight(25),
+        Step::Pause(Some(10)),
+        Step::Weight(50),
+        Step::Pause(None),
+        Step::Weight(100),
+    ];
+
+    fn input<'a>(previous: Option<&'a CanaryStatus>, now: i64, ready: bool) -> CanaryInput<'a> {
+        CanaryInput {
+            steps: STEPS,
+            steps_hash: "h1",
+            stable_revision: "llm-stable",
+            canary_revision: "llm-canary",
+            replicas: 4,
+            paused: false,
+            paused_since: None,
+            now,
+            previous,
+            target_ready: ready,
+        }
+    }
+
+    fn at(decision: &CanaryDecision) -> (i32, Option<StepState>, Option<CanaryPhase>) {
+        let s = decision.status.as_ref().unwrap();
+        (s.current_step, s.step_state, s.phase)
+    }
+
+    fn reasons(decision: &CanaryDecision) -> Vec<(&'static str, &'static str)> {
+        decision
+            .transitions
+            .iter()
+            .map(|t| (t.reason, t.trigger.as_str()))
+            .collect()
+    }
+
+    /// Runs passes from a fresh canary: returns the status at the timed pause (entered at 100).
+    fn at_timed_pause() -> CanaryStatus {
+        let started = step(&input(None, 100, false));
+        assert_eq!(reasons(&started), [("CanaryStarted", "user")]);
+        assert_eq!(started.weight, 25);
+        step(&input(started.status.as_ref(), 100, true))
+            .status
+            .unwrap()
+    }
+
+    fn promote(status: &CanaryStatus) -> CanaryStatus {
+        CanaryStatus {
+            pause_conditions: None,
+            ..status.clone()
+        }
+    }
+
+    #[test]
+    fn a_ready_weight_step_moves_on_by_watch() {
+        let first = step(&input(None, 100, false));
+        assert_eq!(
+            at(&first),
+            (
+                0,
+                Some(StepState::Upgrading),
+                Some(CanaryPhase::Progressing)
+            )
+        );
+        assert_eq!(
+            first.status.as_ref().unwrap().mode,
+            Some(CanaryMode::Replica)
+        );
+        let waiting = step(&input(first.status.as_ref(), 101, false));
+        assert_eq!(at(&waiting).0, 0, "not ready: stays");
+        assert!(waiting.transitions.is_empty());
+        let next = step(&input(first.status.as_ref(), 102, true));
+        assert_eq!(
+            at(&next),
+            (1, Some(StepState::StepPaused), Some(CanaryPhase::Paused))
+        );
+        assert_eq!(reasons(&next), [("CanaryPaused", "watch")]);
+        assert!(has_gate(next.status.as_ref().unwrap()));
+        assert_eq!(next.requeue_after, Some(10), "the timer is set on entry");
+    }
+
+    #[test]
+    fn a_timed_pause_ends_by_timer_after_its_duration() {
+        let paused = at_timed_pause();
+        let early = step(&input(Some(&paused), 105, true));
+        assert_eq!(at(&early).0, 1);
+        assert_eq!(
+            early.requeue_after,
+            Some(5),
+            "requeued for exactly the remaining time"
+        );
+        let done = step(&input(Some(&paused), 110, true));
+        assert_eq!(
+            at(&done),
+            (
+                2,
+                Some(StepState::Upgrading),
+                Some(CanaryPhase::Progressing)
+            )
+        );
+        assert_eq!(
+            reasons(&done),
+            [("CanaryResumed", "timer"), ("CanaryStepStarted", "timer")]
+        );
+        assert_eq!(done.weight, 50);
+    }
+
+    #[test]
+    fn a_timed_pause_ends_early_on_promote() {
+        let paused = at_timed_pause();
+        let promoted = step(&input(Some(&promote(&paused)), 101, true));
+        assert_eq!(at(&promoted).0, 2);
+        assert_eq!(reasons(&promoted)[0], ("CanaryResumed", "user"));
+    }
+
+    #[test]
+    fn a_global_pause_freezes_the_timer_and_the_remaining_time_survives() {
+        let paused = at_timed_pause(); // entered at 100, 10 s
+        // Globally paused from 103 to 120: nothing moves.
+        let mut frozen = input(Some(&paused), 115, true);
+        frozen.paused = true;
+        frozen.paused_since = Some(103);
+        let held = step(&frozen);
+        assert_eq!(at(&held).0, 1);
+        assert!(held.transitions.is_empty());
+        // Resumed at 120 (the stored Paused condition still says since 103): 17 s paused.
+        let mut resumed = input(held.status.as_ref(), 120, true);
+        resumed.paused_since = Some(103);
+        let after = step(&resumed);
+        assert_eq!(after.status.as_ref().unwrap().paused_seconds, Some(17));
+        assert_eq!(
+            after.requeue_after,
+            Some(7),
+            "3 s waited before the pause, 7 s left"
+        );
+        let status = after.status.unwrap();
+        let done = step(&input(Some(&status), 127, true));
+        assert_eq!(at(&done).0, 2);
+    }
+
+    #[test]
+    fn a_manual_gate_holds_through_pause_and_resume_until_promoted() {
+        let paused = at_timed_pause();
+        let at_50 = step(&input(Some(&paused), 110, true)).status.unwrap();
+        let gate = step(&input(Some(&at_50), 111, true));
+        assert_eq!(
+            at(&gate),
+            (3, Some(StepState::StepPaused), Some(CanaryPhase::Paused))
+        );
+        let gate = gate.status.unwrap();
+        let mut pause = input(Some(&gate), 200, true);
+        pause.paused = true;
+        let paused_again = step(&pause).status.unwrap();
+        let mut resume = input(Some(&paused_again), 300, true);
+        resume.paused_since = Some(200);
+        let resumed = step(&resume);
+        assert_eq!(at(&resumed).0, 3, "the gate is still closed after resume");
+        assert!(has_gate(resumed.status.as_ref().unwrap()));
+        let promoted = step(&input(Some(&promote(&gate)), 301, false));
+        assert_eq!(
+            at(&promoted),
+            (
+                4,
+                Some(StepState::Upgrading),
+                Some(CanaryPhase::Progressing)
+            )
+        );
+        assert_eq!(promoted.weight, 100);
+        let complete = step(&input(promoted.status.as_ref(), 302, true));
+        assert_eq!(
+            at(&complete),
+            (4, Some(StepState::StepReady), Some(CanaryPhase::Completed))
+        );
+        assert_eq!(reasons(&complete), [("CanaryCompleted", "watch")]);
+    }
+
+    #[test]
+    fn a_weight_step_is_frozen_by_a_global_pause() {
+        let first = step(&input(None, 100, false)).status.unwrap();
+        let mut paused = input(Some(&first), 101, true);
+        paused.paused = true;
+        let held = step(&paused);
+        assert_eq!(at(&held).0, 0);
+        assert!(held.transitions.is_empty());
+    }
+
+    #[test]
+    fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
+        let paused = at_timed_pause();
+        let aborted = step(&input(
+            Some(&CanaryStatus {
+                abort: Some(true),
+                ..paused
+            }),
+            101,
+            true,
+        ));
+        assert!(aborted.aborting);
+        assert_eq!(aborted.weight, 0);
+        assert_eq!(at(&aborted).2, Some(CanaryPhase::Aborted));
+        assert_eq!(reasons(&aborted), [("CanaryAborted", "user")]);
+        let status = aborted.status.unwrap();
+        assert!(status.aborted_at.is_some() && status.pause_conditions.is_none());
+        let still = step(&input(Some(&status), 200, true));
+        assert!(
+            still.aborting && still.transitions.is_empty(),
+            "stays aborted"
+        );
+        let retried = step(&input(
+            Some(&CanaryStatus {
+                abort: Some(false),
+                ..status
+            }),
+            300,
+            false,
+        ));
+        assert_eq!(
+            at(&retried),
+            (
+                0,
+                Some(StepState::Upgrading),
+                Some(CanaryPhase::Progressing)
+            )
+        );
+        assert_eq!(reasons(&retried), [("CanaryRetried", "user")]);
+        assert_eq!(
+            retried.status.unwrap().abort,
+            None,
+            "cleared when the canary restarts"
+        );
+    }
+
+    #[test]
+    fn promote_full_skips_the_remaining_steps() {
+        let paused = at_timed_pause();
+        let full = step(&input(
+            Some(&CanaryStatus {
+                promote_full: Some(true),
+                ..paused
+            }),
+            101,
+            false,
+        ));
+        assert_eq!(at(&full).0, 4);
+        assert_eq!(full.weight, 100);
+        assert_eq!(reasons(&full), [("CanaryPromotedFull", "user")]);
+    }
+
+    #[test]
+    fn a_new_revision_or_edited_steps_restart_at_step_zero() {
+        let paused = at_timed_pause();
+        let mut newer = input(Some(&paused), 101, false);
+        newer.canary_revision = "llm-newer";
+        let restarted = step(&newer);
+        assert_eq!(at(&restarted).0, 0);
+        assert_eq!(reasons(&restarted), [("CanaryStarted", "user")]);
+        let mut edited = input(Some(&paused), 101, false);
+        edited.steps_hash = "h2";
+        let restarted = step(&edited);
+        assert_eq!(at(&restarted).0, 0);
+        assert_eq!(reasons(&restarted), [("CanaryRestarted", "user")]);
+    }
+
+    #[test]
+    fn reverting_the_template_ends_the_canary_as_rolled_back() {
+        let paused = at_timed_pause();
+        let mut reverted = input(Some(&paused), 101, true);
+        reverted.canary_revision = "llm-stable";
+        let ended = step(&reverted);
+        assert_eq!(at(&ended).2, Some(CanaryPhase::Aborted));
+        assert!(
+            ended
+                .status
+                .unwrap()
+                .message
+                .unwrap()
+                .contains("rolled back")
+        );
+    }
+
+    #[test]
+    fn a_completed_canary_stays_until_a_new_revision_starts_one() {
+        let done = CanaryStatus {
+            phase: Some(CanaryPhase::Completed),
+            canary_revision: Some("llm-canary".into()),
+            ..CanaryStatus::default()
+        };
+        let mut settled = input(Some(&done), 100, true);
+        settled.stable_revision = "llm-canary";
+        assert_eq!(step(&settled).status.as_ref(), Some(&done));
+        let mut next = input(Some(&done), 100, false);
+        next.stable_revision = "llm-canary";
+        next.canary_revision = "llm-next";
+        assert_eq!(reasons(&step(&next)), [("CanaryStarted", "user")]);
+        let pooled = step(&CanaryInput {
+            replicas: 1,
+            ..input(None, 100, false)
+        });
+        assert_eq!(pooled.status.unwrap().mode, Some(CanaryMode::Pooled));
+    }
+
+    #[test]
+    fn targets_round_up() {
+        assert_eq!(target(4, 25), 1);
+        assert_eq!(target(3, 50), 2);
+        assert_eq!(target(5, 0), 0);
+        assert_eq!(target(5, 100), 5);
+        assert_eq!(weight_at(STEPS, 1), 25);
+        assert_eq!(weight_at(STEPS, 3), 50);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Event {
+        Pass { advance: i64, ready: bool },
+        Pause(bool),
+        Promote,
+    }
+
+    fn arb_event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            (0i64..8, any::<bool>()).prop_map(|(advance, ready)| Event::Pass { advance, ready }),
+            any::<bool>().prop_map(Event::Pause),
+            Just(Event::Promote),
+        ]
+    }
+
+    proptest! {
+        /// SPEC §3.4: within an epoch (same revision and steps, not aborted) the step and the
+        /// weight never go back, and a timed pause never ends before its duration (paused
+        /// time excluded) unless promoted.
+        #[test]
+        fn progress_is_monotonic_within_an_epoch(events in proptest::collection::vec(arb_event(), 1..40)) {
+            let mut now = 1_000;
+            let mut paused = false;
+            let mut paused_since = None;
+            let mut status = step(&input(None, now, false)).status.unwrap();
+            let mut weight = 0;
+            for event in events {
+                let ready = match event {
+                    Event::Pass { advance, ready } => { now += advance; ready }
+                    Event::Pause(on) => {
+                        if on && !paused { paused_since = Some(now); }
+                        paused = on;
+                        false
+                    }
+                    Event::Promote => { status = promote(&status); false }
+                };
+                let mut pass = input(Some(&status), now, ready);
+                pass.paused = paused;
+                pass.paused_since = paused_since;
+                let decision = step(&pass);
+                let next = decision.status.unwrap();
+                prop_assert!(next.current_step >= status.current_step);
+                prop_assert!(decision.weight >= weight, "weight went back");
+                if paused {
+                    prop_assert_eq!(next.current_step, status.current_step, "frozen while paused");
+                }
+                let left_timed_pause = status.current_step == 1 && next.current_step > 1
+                    && status.step_state == Some(StepState::StepPaused);
+                if left_timed_pause && has_gate(&status) {
+                    let waited = now - seconds(status.step_start_time.as_ref().unwrap())
+                        - next.paused_seconds.unwrap_or(0).max(status.paused_seconds.unwrap_or(0));
+                    prop_assert!(waited >= 10, "left the 10 s pause after {waited}s");
+                }
+                if !paused { paused_since = None; }
+                weight = decision.weight;
+                status = next;
+            }
+        }
+    }
+}
