@@ -288,85 +288,87 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
     let mut requeue_after = None;
     // Walk as far as this pass allows (a Ready target can open the next step at once).
     // `spec.paused` freezes every transition.
-    while !input.paused {
-        match input.steps[index] {
-            Step::Weight(weight) => {
-                // No gate is open during a weight step.
-                status.pause_conditions = None;
-                if status.step_state != Some(StepState::Upgrading) {
-                    status.step_state = Some(StepState::Upgrading);
-                    status.step_start_time = Some(time(input.now));
-                }
-                status.phase = Some(CanaryPhase::Progressing);
-                if !input.target_ready {
-                    break;
-                }
-                if index == last {
-                    status.step_state = Some(StepState::StepReady);
-                    status.phase = Some(CanaryPhase::Completed);
-                    transitions.push(Transition {
-                        reason: "CanaryCompleted",
-                        message: format!(
-                            "weight {weight}% reached: every replica runs {}; trigger=watch",
-                            input.canary_revision
-                        ),
-                        trigger: Trigger::Watch,
-                    });
-                    break;
-                }
-                index += 1;
-                enter(&mut status, input, index, Trigger::Watch, &mut transitions);
-                if matches!(input.steps[index], Step::Weight(_)) {
-                    // What was observed is the previous weight's target.
-                    break;
-                }
-            }
-            Step::Pause(duration) => {
-                if status.step_state != Some(StepState::StepPaused) {
-                    enter(&mut status, input, index, Trigger::Watch, &mut transitions);
-                    continue;
-                }
-                let promoted = !has_gate(&status);
-                let expired = duration.is_some_and(|d| {
-                    let started = status.step_start_time.as_ref().map_or(input.now, seconds);
-                    let waited = input.now - started - status.paused_seconds.unwrap_or(0);
-                    if waited >= d as i64 {
-                        true
-                    } else {
-                        requeue_after = Some((d as i64 - waited).max(1) as u64);
-                        false
+    if !input.paused {
+        loop {
+            match input.steps[index] {
+                Step::Weight(weight) => {
+                    // No gate is open during a weight step.
+                    status.pause_conditions = None;
+                    if status.step_state != Some(StepState::Upgrading) {
+                        status.step_state = Some(StepState::Upgrading);
+                        status.step_start_time = Some(time(input.now));
                     }
-                });
-                if !(promoted || expired && input.target_ready) {
-                    break;
+                    status.phase = Some(CanaryPhase::Progressing);
+                    if !input.target_ready {
+                        break;
+                    }
+                    if index == last {
+                        status.step_state = Some(StepState::StepReady);
+                        status.phase = Some(CanaryPhase::Completed);
+                        transitions.push(Transition {
+                            reason: "CanaryCompleted",
+                            message: format!(
+                                "weight {weight}% reached: every replica runs {}; trigger=watch",
+                                input.canary_revision
+                            ),
+                            trigger: Trigger::Watch,
+                        });
+                        break;
+                    }
+                    index += 1;
+                    enter(&mut status, input, index, Trigger::Watch, &mut transitions);
+                    if matches!(input.steps[index], Step::Weight(_)) {
+                        // What was observed is the previous weight's target.
+                        break;
+                    }
                 }
-                requeue_after = None;
-                let trigger = if promoted {
-                    Trigger::User
-                } else {
-                    Trigger::Timer
-                };
-                status.pause_conditions = None;
-                transitions.push(Transition {
-                    reason: "CanaryResumed",
-                    message: format!(
-                        "pause at step {index} ended ({}); trigger={}",
-                        if promoted {
-                            "promoted"
+                Step::Pause(duration) => {
+                    if status.step_state != Some(StepState::StepPaused) {
+                        enter(&mut status, input, index, Trigger::Watch, &mut transitions);
+                        continue;
+                    }
+                    let promoted = !has_gate(&status);
+                    let expired = duration.is_some_and(|d| {
+                        let started = status.step_start_time.as_ref().map_or(input.now, seconds);
+                        let waited = input.now - started - status.paused_seconds.unwrap_or(0);
+                        if waited >= d as i64 {
+                            true
                         } else {
-                            "duration elapsed"
-                        },
-                        trigger.as_str()
-                    ),
-                    trigger,
-                });
-                if index == last {
-                    break;
-                }
-                index += 1;
-                enter(&mut status, input, index, trigger, &mut transitions);
-                if matches!(input.steps[index], Step::Weight(_)) {
-                    break;
+                            requeue_after = Some((d as i64 - waited).max(1) as u64);
+                            false
+                        }
+                    });
+                    if !(promoted || expired && input.target_ready) {
+                        break;
+                    }
+                    requeue_after = None;
+                    let trigger = if promoted {
+                        Trigger::User
+                    } else {
+                        Trigger::Timer
+                    };
+                    status.pause_conditions = None;
+                    transitions.push(Transition {
+                        reason: "CanaryResumed",
+                        message: format!(
+                            "pause at step {index} ended ({}); trigger={}",
+                            if promoted {
+                                "promoted"
+                            } else {
+                                "duration elapsed"
+                            },
+                            trigger.as_str()
+                        ),
+                        trigger,
+                    });
+                    if index == last {
+                        break;
+                    }
+                    index += 1;
+                    enter(&mut status, input, index, trigger, &mut transitions);
+                    if matches!(input.steps[index], Step::Weight(_)) {
+                        break;
+                    }
                 }
             }
         }
