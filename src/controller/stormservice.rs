@@ -132,6 +132,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             })
             .collect(),
         pending_deletes: expectation.deletes.clone(),
+        max_updated: None,
     };
     let action = plan(&input);
 

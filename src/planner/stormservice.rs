@@ -54,6 +54,8 @@ pub struct ServiceInput {
     pub pending_creates: Vec<PendingRoleSet>,
     /// RoleSets whose deletion was issued and is not yet observed.
     pub pending_deletes: BTreeSet<String>,
+    /// A canary's target: at most this many RoleSets on the update revision (SPEC §3.2).
+    pub max_updated: Option<u32>,
 }
 
 /// A RoleSet to create.
@@ -136,10 +138,16 @@ impl ServiceInput {
         let (current, updated) = self.split(&active);
         let total = current + updated;
         let mut action = ServiceAction::default();
-        let proportional = self.paused && self.two_revisions;
+        let proportional = self.paused && self.two_revisions && self.max_updated.is_none();
+        // During a canary the weight rule wins: the updated side gets its target.
+        let canary_split = self
+            .max_updated
+            .map(|t| (self.desired - t.min(self.desired), t.min(self.desired)));
         if total < self.desired {
             let room = (self.desired + self.budgets.max_surge).saturating_sub(self.present());
-            let (want_current, want_updated) = if proportional {
+            let (want_current, want_updated) = if let Some(split) = canary_split {
+                split
+            } else if proportional {
                 proportional_split(self.desired, current, updated)
             } else {
                 (current, self.desired - current)
@@ -165,7 +173,13 @@ impl ServiceInput {
             let surplus = total - self.desired;
             // Paused with two revisions, each side keeps its share; otherwise the old revision
             // goes first.
-            let (mut excess_current, mut excess_updated) = if proportional {
+            let (mut excess_current, mut excess_updated) = if let Some((_, keep_updated)) =
+                canary_split
+            {
+                // The updated side goes down to its target first; the rest is stable.
+                let from_updated = updated.saturating_sub(keep_updated).min(surplus);
+                ((surplus - from_updated).min(current), from_updated)
+            } else if proportional {
                 let (keep_current, keep_updated) =
                     proportional_split(self.desired, current, updated);
                 (
@@ -247,27 +261,35 @@ impl ServiceInput {
     fn rolling_update(&self) -> ServiceAction {
         let active = self.active();
         let (_, updated) = self.split(&active);
+        // A canary stops at its target; the rest stays on the current revision.
+        let target = self.max_updated.map_or(self.desired, |t| t.min(self.desired));
+        let keep_outdated = self.desired - target;
         let mut outdated: Vec<&&RoleSetView> = active.iter().filter(|r| !r.updated).collect();
-        if outdated.is_empty() && updated >= self.desired {
+        if outdated.len() as u32 <= keep_outdated && updated >= target {
             return ServiceAction::default();
         }
         outdated.sort_by_key(|r| (r.ready, Reverse(r.index)));
         let mut ready = active.iter().filter(|r| r.ready).count() as u32;
         let mut action = ServiceAction::default();
         let mut remaining: Vec<&RoleSetView> = active.clone();
+        let mut removable = (outdated.len() as u32).saturating_sub(keep_outdated);
         for roleset in outdated {
+            if removable == 0 {
+                break;
+            }
             if roleset.ready {
                 if ready <= self.min_available() {
                     break;
                 }
                 ready -= 1;
             }
+            removable -= 1;
             action.delete.push(roleset.name.clone());
             remaining.retain(|r| r.name != roleset.name);
         }
         let surge = (self.desired + self.budgets.max_surge)
             .saturating_sub(self.present())
-            .min(self.desired.saturating_sub(updated));
+            .min(target.saturating_sub(updated));
         for _ in 0..surge {
             let index = self.free_index(&remaining, &action.create, true);
             action.create.push(NewRoleSet {
@@ -335,7 +357,34 @@ mod tests {
             rolesets,
             pending_creates: Vec::new(),
             pending_deletes: BTreeSet::new(),
+            max_updated: None,
         }
+    }
+
+    #[test]
+    fn a_canary_target_caps_the_updated_rolesets_and_never_stalls_at_max_surge_zero() {
+        // 4 replicas, weight 25% → 1 updated; maxSurge 0 deletes to make room.
+        let mut s = service(4, 0, 1, (0..4).map(|i| rs(&format!("o{i}"), false, i, true)).collect());
+        s.max_updated = Some(1);
+        let first = plan(&s);
+        assert_eq!(first.delete, ["o3"]);
+        assert!(first.create.is_empty(), "no room until the delete is observed");
+        s.rolesets.retain(|r| r.name != "o3");
+        let second = plan(&s);
+        assert_eq!(
+            second.create,
+            [NewRoleSet { index: 3, updated: true }],
+            "the freed slot is refilled on the canary revision"
+        );
+        s.rolesets.push(rs("n3", true, 3, true));
+        assert!(plan(&s).is_empty(), "the target is reached: nothing more moves");
+        // Scaling out mid-canary keeps the updated side at its target.
+        s.desired = 6;
+        s.budgets = resolve_fenceposts(Some(Budget::Count(0)), Some(Budget::Count(1)), 6);
+        s.max_updated = Some(2);
+        let out = plan(&s);
+        let updated = out.create.iter().filter(|c| c.updated).count();
+        assert_eq!((out.create.len() - updated, updated), (1, 1));
     }
 
     #[test]
@@ -457,9 +506,10 @@ mod tests {
             proptest::collection::vec((0u32..8, any::<bool>()), 0..3),
             any::<bool>(),
             any::<bool>(),
+            proptest::option::of(0u32..=100),
         )
             .prop_map(
-                |(desired, surge, unavailable, rolesets, pending, paused, in_place)| {
+                |(desired, surge, unavailable, rolesets, pending, paused, in_place, canary)| {
                     let rolesets = rolesets
                         .into_iter()
                         .enumerate()
@@ -481,6 +531,7 @@ mod tests {
                         s.strategy = Strategy::InPlaceUpdate;
                         s.budgets = Fenceposts::default();
                     }
+                    s.max_updated = canary.map(|w| (s.desired * w).div_ceil(100));
                     s
                 },
             )
@@ -509,6 +560,13 @@ mod tests {
             }
             let deleted: BTreeSet<&String> = action.delete.iter().collect();
             prop_assert_eq!(deleted.len(), action.delete.len(), "no double delete");
+            // SPEC §3.4: a canary never moves beyond its target by its own creates.
+            if let Some(target) = s.max_updated {
+                let (_, updated) = s.split(&active);
+                let created = action.create.iter().filter(|c| c.updated).count() as u32;
+                prop_assert!(created == 0 || updated + created <= target,
+                    "{updated} updated + {created} created > target {target}");
+            }
         }
 
         /// SPEC §5.1: a new RoleSet takes an index above `desired - 1` only when every lower
