@@ -28,6 +28,11 @@ struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabels {
+    trigger: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
     webhook: String,
 }
@@ -45,6 +50,7 @@ pub struct Metrics {
     cert_expiry: Gauge,
     api_writes: Family<WriteLabels, Counter>,
     leader: Gauge,
+    step_transitions: Family<TriggerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -71,6 +77,12 @@ impl Default for Metrics {
             "Expiry (Unix time) of the webhook serving certificate",
             cert_expiry.clone(),
         );
+        let step_transitions = Family::<TriggerLabels, Counter>::default();
+        registry.register(
+            "squall_step_transitions",
+            "Canary step transitions, by what triggered them (watch, timer, user)",
+            step_transitions.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "squall_leader",
@@ -90,6 +102,7 @@ impl Default for Metrics {
             cert_expiry,
             api_writes,
             leader,
+            step_transitions,
         }
     }
 }
@@ -119,6 +132,15 @@ impl Metrics {
                 controller: controller.into(),
                 verb: verb.into(),
                 resource: resource.into(),
+            })
+            .inc();
+    }
+
+    /// Counts one canary step transition.
+    pub fn step_transition(&self, trigger: &str) {
+        self.step_transitions
+            .get_or_create(&TriggerLabels {
+                trigger: trigger.into(),
             })
             .inc();
     }

@@ -1,5 +1,6 @@
 //! The `squall` command line (SPEC §6). Each subcommand returns its process exit code.
 
+mod canary;
 mod lint;
 mod run;
 
@@ -32,6 +33,9 @@ enum Command {
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<PathBuf>,
     },
+    /// Canary rollouts: status, promote, abort, retry, pause, resume.
+    #[command(flatten)]
+    Canary(canary::CanaryCommand),
 }
 
 impl Cli {
@@ -43,6 +47,7 @@ impl Cli {
                 ExitCode::SUCCESS
             }
             Command::Lint { files } => lint::run(&files),
+            Command::Canary(command) => canary::run(command),
             Command::Run(args) => match run::run(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

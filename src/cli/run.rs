@@ -111,7 +111,8 @@ enum LogFormat {
     Plain,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A positive duration flag (`90s`, `5m`, `8760h`, or seconds).
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::api::stormservice::parse_duration(s)
         .filter(|secs| *secs > 0)
         .map(Duration::from_secs)

@@ -28,11 +28,12 @@ use crate::api::keys::{
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{
-    RoleSet, RoleSetTemplateSpec, RoleStatus, StormService, StormServiceStatus,
-    StormServiceUpdateStrategyType,
+    CanaryMode, CanaryPhase, RoleRollout, RoleSet, RoleSetTemplateSpec, RoleStatus, StormService,
+    StormServiceStatus, StormServiceUpdateStrategyType,
 };
 use crate::controller::render::shorten_keep_prefix;
 use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
+use crate::planner::canary::{CanaryDecision, CanaryInput, Step, step, target, weight_at};
 use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
 
 /// Expectations of a StormService are kept under one pseudo-role.
@@ -106,6 +107,72 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
 
     let rolesets: Vec<RoleSet> =
         owned_children(&ctx.client, service, LABEL_STORM_SERVICE_NAME).await?;
+    // The stored status, read once: the canary decides from it, and the status write at the
+    // end is conditional on nobody having written since (SPEC §5.1).
+    let status_api: Api<StormService> =
+        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let fresh = status_api.get_status(&service.name_any()).await?;
+    let desired = u32::try_from(service.spec.replicas_or_default()).unwrap_or(0);
+    let update_template = service.spec.template.clone();
+    let current_template = if current_name == update_name {
+        update_template.clone()
+    } else {
+        with_live_replicas(template_of(&revisions.current)?, &update_template)
+    };
+    let canary = evaluate_canary(
+        service,
+        &fresh,
+        &revisions,
+        &rolesets,
+        desired,
+        &update_template,
+        &current_template,
+    );
+    let aborting = canary.as_ref().is_some_and(|c| c.decision.aborting);
+    let pooled = canary
+        .as_ref()
+        .is_some_and(|c| c.mode == CanaryMode::Pooled);
+    // What RoleSets move to: the update revision, or the stable one while a replica-mode
+    // canary is aborted.
+    let (target_name, target_revision, mut target_template, target_roles) = if aborting && !pooled {
+        let roles = role_revisions(
+            &current_template,
+            &current_template,
+            &revisions.current,
+            &revisions.current,
+            false,
+        );
+        (
+            current_name.clone(),
+            &revisions.current,
+            current_template.clone(),
+            roles,
+        )
+    } else {
+        let roles = role_revisions(
+            &update_template,
+            &current_template,
+            &revisions.update,
+            &revisions.current,
+            true,
+        );
+        (
+            update_name.clone(),
+            &revisions.update,
+            update_template.clone(),
+            roles,
+        )
+    };
+    if let Some(c) = canary.as_ref().filter(|_| pooled) {
+        target_template.spec = Some(pooled_spec(
+            &update_template,
+            &current_template,
+            c.decision.weight,
+            aborting,
+            &current_name,
+        ));
+    }
+
     let key = Context::key(service);
     let expectation = ctx.observe(
         &key,
@@ -114,15 +181,18 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             .iter()
             .map(|r| (r.name_any(), r.metadata.deletion_timestamp.is_some())),
     );
-    let desired = u32::try_from(service.spec.replicas_or_default()).unwrap_or(0);
-    let strategy = service.spec.update_strategy_type();
+    let strategy = if pooled {
+        StormServiceUpdateStrategyType::InPlaceUpdate
+    } else {
+        service.spec.update_strategy_type()
+    };
     let input = ServiceInput {
         desired,
         budgets: budgets(service, desired),
         strategy,
         paused: service.spec.paused == Some(true),
         two_revisions: current_name != update_name,
-        rolesets: rolesets.iter().map(|r| view(r, &update_name)).collect(),
+        rolesets: rolesets.iter().map(|r| view(r, &target_name)).collect(),
         pending_creates: expectation
             .creates
             .values()
@@ -132,7 +202,10 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             })
             .collect(),
         pending_deletes: expectation.deletes.clone(),
-        max_updated: None,
+        max_updated: canary
+            .as_ref()
+            .filter(|c| !pooled && !c.decision.aborting)
+            .map(|c| target(desired, c.decision.weight)),
     };
     let action = plan(&input);
 
@@ -141,25 +214,19 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         ctx.expect_delete(&key, ROLESETS, name);
         delete_child(&api, name, ctx, "stormservice", "rolesets").await?;
     }
-    let update_template = service.spec.template.clone();
-    let current_template = if current_name == update_name {
-        update_template.clone()
-    } else {
-        with_live_replicas(template_of(&revisions.current)?, &update_template)
-    };
     for create in &action.create {
-        let (template, revision) = if create.updated {
-            (&update_template, &revisions.update)
+        let (template, revision, roles) = if create.updated {
+            (&target_template, target_revision, target_roles.clone())
         } else {
-            (&current_template, &revisions.current)
+            let roles = role_revisions(
+                &current_template,
+                &current_template,
+                &revisions.current,
+                &revisions.current,
+                false,
+            );
+            (&current_template, &revisions.current, roles)
         };
-        let roles = role_revisions(
-            template,
-            &current_template,
-            revision,
-            &revisions.current,
-            create.updated,
-        );
         let roleset = render_roleset(service, template, revision, &roles, create.index);
         let created = api.create(&PostParams::default(), &roleset).await?;
         ctx.metrics.api_write("stormservice", "create", "rolesets");
@@ -173,34 +240,28 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             },
         );
     }
-    let update_roles = role_revisions(
-        &update_template,
-        &current_template,
-        &revisions.update,
-        &revisions.current,
-        true,
-    );
     for name in &action.update_in_place {
         let Some(roleset) = rolesets.iter().find(|r| &r.name_any() == name) else {
             continue;
         };
         move_in_place(
             roleset,
-            &update_template,
-            &revisions.update,
-            &update_roles,
+            &target_template,
+            target_revision,
+            &target_roles,
             ctx,
         )
         .await?;
     }
-    // Role replicas are not part of a revision: RoleSets on the update revision follow the
-    // live spec's role replicas in place (what an autoscaler's edit needs).
+    // Role replicas are not part of a revision: RoleSets on the target revision follow the
+    // live spec's role replicas (what an autoscaler's edit needs) and a pooled canary's
+    // partitions in place.
     for roleset in rolesets.iter().filter(|r| {
         r.metadata.deletion_timestamp.is_none()
-            && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&update_name)
+            && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&target_name)
             && !action.update_in_place.contains(&r.name_any())
     }) {
-        if let Some(spec) = &update_template.spec
+        if let Some(spec) = &target_template.spec
             && &roleset.spec != spec
         {
             let patch = json!([{"op": "replace", "path": "/spec", "value": spec}]);
@@ -219,9 +280,171 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             updated_in_place = action.update_in_place.len(), scaling = action.scaling, "RoleSets");
     }
 
-    let requeue = write_status(service, ctx, &revisions, &rolesets, desired).await?;
+    let decision = canary.as_ref().map(|c| &c.decision);
+    let requeue = write_status(
+        service, &fresh, ctx, &revisions, &rolesets, desired, decision,
+    )
+    .await?;
+    // Transitions are reported once their status is stored.
+    for transition in decision.iter().flat_map(|d| &d.transitions) {
+        ctx.metrics.step_transition(transition.trigger.as_str());
+        ctx.publish(
+            "stormservice",
+            service,
+            None,
+            false,
+            transition.reason,
+            transition.message.clone(),
+        )
+        .await;
+        tracing::info!(namespace = %service.namespace().unwrap_or_default(), stormservice = %service.name_any(),
+            reason = transition.reason, trigger = transition.trigger.as_str(), "{}", transition.message);
+    }
     truncate_history(service, ctx, &revisions, &rolesets).await?;
     Ok(requeue)
+}
+
+/// The canary part of a pass: its decision and mode.
+struct CanaryPass {
+    decision: CanaryDecision,
+    mode: CanaryMode,
+}
+
+/// The steps as the controller runs them: a final `setWeight: 100` is implied (SPEC §3).
+fn canary_steps(service: &StormService) -> Option<Vec<Step>> {
+    let mut steps: Vec<Step> = service
+        .spec
+        .canary_steps()?
+        .iter()
+        .map(|s| match (&s.set_weight, &s.pause) {
+            (Some(w), _) => Step::Weight(u32::try_from(*w).unwrap_or(0).min(100)),
+            (None, Some(pause)) => Step::Pause(pause.duration_seconds().unwrap_or(Some(0))),
+            (None, None) => Step::Pause(Some(0)),
+        })
+        .collect();
+    if steps.last() != Some(&Step::Weight(100)) {
+        steps.push(Step::Weight(100));
+    }
+    Some(steps)
+}
+
+/// Runs the canary step machine for this pass, when a canary is configured or stored.
+fn evaluate_canary(
+    service: &StormService,
+    fresh: &StormService,
+    revisions: &Revisions,
+    rolesets: &[RoleSet],
+    desired: u32,
+    update_template: &RoleSetTemplateSpec,
+    current_template: &RoleSetTemplateSpec,
+) -> Option<CanaryPass> {
+    let steps = canary_steps(service)?;
+    let stored = fresh.status.as_ref();
+    let previous = stored.and_then(|s| s.canary_status.as_ref());
+    let stable = revisions.current.name_any();
+    let canary = revisions.update.name_any();
+    if stable == canary && previous.is_none() {
+        return None;
+    }
+    let hash = super::revision::revision_hash(&json!(service.spec.canary_steps()), 0);
+    let same = previous.filter(|p| {
+        p.canary_revision.as_deref() == Some(canary.as_str())
+            && p.steps_hash.as_deref() == Some(hash.as_str())
+            && !matches!(p.phase, Some(CanaryPhase::Aborted | CanaryPhase::Completed))
+    });
+    let evaluated = same.map_or(0, |p| usize::try_from(p.current_step).unwrap_or(0));
+    let weight = weight_at(&steps, evaluated);
+    let mode = previous
+        .filter(|p| p.canary_revision.as_deref() == Some(canary.as_str()))
+        .and_then(|p| p.mode)
+        .unwrap_or(if desired > 1 {
+            CanaryMode::Replica
+        } else {
+            CanaryMode::Pooled
+        });
+    let on_canary = |r: &&RoleSet| {
+        r.metadata.deletion_timestamp.is_none()
+            && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&canary)
+    };
+    let target_ready = match mode {
+        CanaryMode::Replica => {
+            let want = target(desired, weight) as usize;
+            let active = rolesets
+                .iter()
+                .filter(|r| r.metadata.deletion_timestamp.is_none())
+                .count();
+            let ready_canary = rolesets
+                .iter()
+                .filter(on_canary)
+                .filter(|r| fresh_ready(r))
+                .count();
+            let on = rolesets.iter().filter(on_canary).count();
+            active == desired as usize && on == want && ready_canary >= want
+        }
+        CanaryMode::Pooled => {
+            let spec = pooled_spec(update_template, current_template, weight, false, &stable);
+            let mine: Vec<&RoleSet> = rolesets.iter().filter(on_canary).collect();
+            !mine.is_empty() && mine.iter().all(|r| r.spec == spec && fresh_ready(r))
+        }
+    };
+    let paused_since = stored
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Paused" && c.status == "True"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second());
+    let decision = step(&CanaryInput {
+        steps: &steps,
+        steps_hash: &hash,
+        stable_revision: &stable,
+        canary_revision: &canary,
+        replicas: desired,
+        paused: service.spec.paused == Some(true),
+        paused_since,
+        now: k8s_openapi::jiff::Timestamp::now().as_second(),
+        previous,
+        target_ready,
+    });
+    Some(CanaryPass { decision, mode })
+}
+
+/// The pooled RoleSet's spec at `weight`: the canary template, with each role whose pod
+/// template changed keeping `replicas - ceil(replicas × weight / 100)` pods stable (all of
+/// them while aborted) through its `rollout` block (SPEC §5.2).
+fn pooled_spec(
+    update: &RoleSetTemplateSpec,
+    current: &RoleSetTemplateSpec,
+    weight: u32,
+    aborting: bool,
+    stable_revision: &str,
+) -> crate::api::RoleSetSpec {
+    let mut spec = update.spec.clone().unwrap_or_default();
+    let stable_hash = |name: &str| {
+        current
+            .spec
+            .iter()
+            .flat_map(|s| s.roles.iter().flatten())
+            .find(|r| r.name == name)
+            .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
+    };
+    for role in spec.roles.iter_mut().flatten() {
+        let Some(stable) = stable_hash(&role.name) else {
+            continue; // a new role has nothing stable to keep
+        };
+        if stable == template_hash(&role.template.clone().unwrap_or_default()) {
+            continue;
+        }
+        let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+        let partition = if aborting {
+            replicas
+        } else {
+            replicas - target(replicas, weight).min(replicas)
+        };
+        role.rollout = Some(RoleRollout {
+            partition: Some(i32::try_from(partition).unwrap_or(i32::MAX)),
+            stable_revision: Some(stable_revision.to_string()),
+        });
+    }
+    spec
 }
 
 /// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.
@@ -663,14 +886,17 @@ async fn patch_status(
     if fresh.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let patch = json!({
-        "metadata": {"resourceVersion": fresh.resource_version()},
-        "status": status,
-    });
+    // The whole status is replaced (fields that went away go away) — but only if nobody
+    // wrote since `fresh` was read: a user's promote or abort is never overwritten, the pass
+    // is re-planned instead (SPEC §5.1).
+    let patch = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": fresh.resource_version()},
+        {"op": "add", "path": "/status", "value": status},
+    ]);
     api.patch_status(
         &fresh.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(&patch),
+        &Patch::Json::<()>(serde_json::from_value(patch).expect("a JSON patch")),
     )
     .await?;
     ctx.metrics
@@ -714,14 +940,15 @@ fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>
 /// when to look again (the progress deadline, if one is running).
 async fn write_status(
     service: &StormService,
+    fresh: &StormService,
     ctx: &Context,
     revisions: &Revisions,
     rolesets: &[RoleSet],
     desired: u32,
+    canary: Option<&CanaryDecision>,
 ) -> Result<Action, Error> {
     let api: Api<StormService> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let fresh = api.get_status(&service.name_any()).await?;
     let old = fresh.status.clone().unwrap_or_default();
     let generation = service.metadata.generation;
     let update_name = revisions.update.name_any();
@@ -737,8 +964,13 @@ async fn write_status(
             == Some(revision)
     };
     let count = |f: &dyn Fn(&&RoleSet) -> bool| active.iter().filter(|r| f(r)).count() as i32;
-    // "Current" is promoted once no RoleSet is left on anything but the update revision.
-    if count(&|r| !on(r, &update_name)) == 0 {
+    // "Current" is promoted once no RoleSet is left on anything but the update revision —
+    // during a canary, only when it completes.
+    let canary_phase = canary.and_then(|c| c.status.as_ref()).and_then(|c| c.phase);
+    let canary_running = canary.is_some() && canary_phase != Some(CanaryPhase::Completed);
+    if canary_phase == Some(CanaryPhase::Completed)
+        || (!canary_running && count(&|r| !on(r, &update_name)) == 0)
+    {
         current_name = update_name.clone();
     }
     let replicas = active.len() as i32;
@@ -918,8 +1150,13 @@ async fn write_status(
         collision_count: Some(i32::try_from(revisions.collision_count).unwrap_or(i32::MAX)),
         scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
         role_statuses: Some(roles.into_values().collect()),
-        canary_status: old.canary_status.clone(),
+        canary_status: canary
+            .and_then(|c| c.status.clone())
+            .or(old.canary_status.clone()),
     };
-    patch_status(&api, &fresh, status, ctx).await?;
+    patch_status(&api, fresh, status, ctx).await?;
+    if let Some(seconds) = canary.and_then(|c| c.requeue_after) {
+        requeue = Action::requeue(Duration::from_secs(seconds));
+    }
     Ok(requeue)
 }

@@ -173,23 +173,22 @@ impl ServiceInput {
             let surplus = total - self.desired;
             // Paused with two revisions, each side keeps its share; otherwise the old revision
             // goes first.
-            let (mut excess_current, mut excess_updated) = if let Some((_, keep_updated)) =
-                canary_split
-            {
-                // The updated side goes down to its target first; the rest is stable.
-                let from_updated = updated.saturating_sub(keep_updated).min(surplus);
-                ((surplus - from_updated).min(current), from_updated)
-            } else if proportional {
-                let (keep_current, keep_updated) =
-                    proportional_split(self.desired, current, updated);
-                (
-                    current.saturating_sub(keep_current),
-                    updated.saturating_sub(keep_updated),
-                )
-            } else {
-                let from_current = surplus.min(current);
-                (from_current, surplus - from_current)
-            };
+            let (mut excess_current, mut excess_updated) =
+                if let Some((_, keep_updated)) = canary_split {
+                    // The updated side goes down to its target first; the rest is stable.
+                    let from_updated = updated.saturating_sub(keep_updated).min(surplus);
+                    ((surplus - from_updated).min(current), from_updated)
+                } else if proportional {
+                    let (keep_current, keep_updated) =
+                        proportional_split(self.desired, current, updated);
+                    (
+                        current.saturating_sub(keep_current),
+                        updated.saturating_sub(keep_updated),
+                    )
+                } else {
+                    let from_current = surplus.min(current);
+                    (from_current, surplus - from_current)
+                };
             let mut candidates = active.clone();
             // Old revision first, then not Ready, then the highest index (indexes stay dense).
             candidates.sort_by_key(|r| (r.updated, r.ready, Reverse(r.index)));
@@ -262,7 +261,9 @@ impl ServiceInput {
         let active = self.active();
         let (_, updated) = self.split(&active);
         // A canary stops at its target; the rest stays on the current revision.
-        let target = self.max_updated.map_or(self.desired, |t| t.min(self.desired));
+        let target = self
+            .max_updated
+            .map_or(self.desired, |t| t.min(self.desired));
         let keep_outdated = self.desired - target;
         let mut outdated: Vec<&&RoleSetView> = active.iter().filter(|r| !r.updated).collect();
         if outdated.len() as u32 <= keep_outdated && updated >= target {
@@ -364,20 +365,36 @@ mod tests {
     #[test]
     fn a_canary_target_caps_the_updated_rolesets_and_never_stalls_at_max_surge_zero() {
         // 4 replicas, weight 25% → 1 updated; maxSurge 0 deletes to make room.
-        let mut s = service(4, 0, 1, (0..4).map(|i| rs(&format!("o{i}"), false, i, true)).collect());
+        let mut s = service(
+            4,
+            0,
+            1,
+            (0..4)
+                .map(|i| rs(&format!("o{i}"), false, i, true))
+                .collect(),
+        );
         s.max_updated = Some(1);
         let first = plan(&s);
         assert_eq!(first.delete, ["o3"]);
-        assert!(first.create.is_empty(), "no room until the delete is observed");
+        assert!(
+            first.create.is_empty(),
+            "no room until the delete is observed"
+        );
         s.rolesets.retain(|r| r.name != "o3");
         let second = plan(&s);
         assert_eq!(
             second.create,
-            [NewRoleSet { index: 3, updated: true }],
+            [NewRoleSet {
+                index: 3,
+                updated: true
+            }],
             "the freed slot is refilled on the canary revision"
         );
         s.rolesets.push(rs("n3", true, 3, true));
-        assert!(plan(&s).is_empty(), "the target is reached: nothing more moves");
+        assert!(
+            plan(&s).is_empty(),
+            "the target is reached: nothing more moves"
+        );
         // Scaling out mid-canary keeps the updated side at its target.
         s.desired = 6;
         s.budgets = resolve_fenceposts(Some(Budget::Count(0)), Some(Budget::Count(1)), 6);

@@ -1,0 +1,363 @@
+//! `squall status | promote | abort | retry | pause | resume` (SPEC §6): the user's side of a
+//! canary. Writes are the AIBrix-compatible ones — promote removes the pause condition from
+//! `status.canaryStatus`, abort / retry / promote --full set the canary's user fields, pause /
+//! resume set `spec.paused` — so `kubectl patch` does the same.
+//!
+//! Exit codes: 0 done; 1 the object could not be read or written; 3 nothing to do (no
+//! canary, or no pause gate open for `promote`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use crate::api::keys::FIELD_MANAGER;
+use crate::api::{CanaryPhase, PauseReason, StormService};
+use crate::planner::canary::{Step, weight_at};
+
+/// Exit code when there is nothing to do.
+const NOTHING_TO_DO: u8 = 3;
+
+/// Which StormService.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// StormService name.
+    name: String,
+    /// Namespace; default: the kubeconfig context's.
+    #[arg(short, long)]
+    namespace: Option<String>,
+}
+
+/// Canary commands.
+#[derive(Debug, Subcommand)]
+pub enum CanaryCommand {
+    /// Show the rollout: steps, current weight, per-role counts, what it waits for.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// Redraw on every change until interrupted (or --timeout).
+        #[arg(short, long)]
+        watch: bool,
+        /// Stop watching after this long (`30s`, `5m`).
+        #[arg(long, value_parser = super::run::parse_duration)]
+        timeout: Option<Duration>,
+    },
+    /// Open the current pause gate (or, with --full, skip every remaining step).
+    Promote {
+        #[command(flatten)]
+        target: Target,
+        /// Skip the remaining steps: go to 100 % now.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Return every replica to the stable revision.
+    Abort {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Restart an aborted canary at step 0.
+    Retry {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Set `spec.paused`: rollouts and canary timers stop, scaling continues.
+    Pause {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Clear `spec.paused`.
+    Resume {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Runs a canary command.
+pub fn run(command: CanaryCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("squall: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("squall: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn api(target: &Target) -> anyhow::Result<Api<StormService>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting with the kubeconfig")?;
+    let namespace = target
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    Ok(Api::namespaced(client, &namespace))
+}
+
+async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        CanaryCommand::Status {
+            target,
+            watch,
+            timeout,
+        } => {
+            let api = api(&target).await?;
+            let service = api
+                .get(&target.name)
+                .await
+                .with_context(|| format!("reading StormService {}", target.name))?;
+            print!("{}", render(&service));
+            if !watch {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let stream = watcher(
+                api,
+                watcher::Config::default().fields(&format!("metadata.name={}", target.name)),
+            );
+            let redraw = async {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    if let Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) = event {
+                        print!("\x1b[2J\x1b[H{}", render(&s));
+                    }
+                }
+            };
+            match timeout {
+                Some(limit) => {
+                    let _ = tokio::time::timeout(limit, redraw).await;
+                }
+                None => redraw.await,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CanaryCommand::Promote { target, full } => {
+            let api = api(&target).await?;
+            let service = api.get_status(&target.name).await?;
+            let canary = service.status.and_then(|s| s.canary_status);
+            let Some(canary) = canary.filter(|c| {
+                !matches!(c.phase, Some(CanaryPhase::Completed | CanaryPhase::Aborted))
+            }) else {
+                eprintln!("{}: no canary in progress; nothing to promote", target.name);
+                return Ok(ExitCode::from(NOTHING_TO_DO));
+            };
+            if full {
+                let patch = json!({"status": {"canaryStatus": {"promoteFull": true}}});
+                api.patch_status(&target.name, &user_params(), &Patch::Merge(patch))
+                    .await?;
+                println!("{}: promoting to 100 %", target.name);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let gate = canary
+                .pause_conditions
+                .iter()
+                .flatten()
+                .any(|c| c.reason == PauseReason::CanaryPauseStep);
+            if !gate {
+                eprintln!(
+                    "{}: step {} has no open pause gate; nothing to promote (use --full to skip the remaining steps)",
+                    target.name, canary.current_step
+                );
+                return Ok(ExitCode::from(NOTHING_TO_DO));
+            }
+            // Guarded by the resourceVersion read: a concurrent controller write makes this
+            // fail rather than be lost or lose the controller's.
+            let patch = json!({
+                "metadata": {"resourceVersion": service.metadata.resource_version},
+                "status": {"canaryStatus": {"pauseConditions": null}},
+            });
+            api.patch_status(&target.name, &user_params(), &Patch::Merge(patch))
+                .await
+                .context("promoting (if the controller wrote meanwhile, run it again)")?;
+            println!(
+                "{}: promoted past step {}",
+                target.name, canary.current_step
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        CanaryCommand::Abort { target } => set_abort(&target, true).await,
+        CanaryCommand::Retry { target } => set_abort(&target, false).await,
+        CanaryCommand::Pause { target } => set_paused(&target, true).await,
+        CanaryCommand::Resume { target } => set_paused(&target, false).await,
+    }
+}
+
+fn user_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// `abort: true` (abort) or `abort: false` (retry an aborted canary).
+async fn set_abort(target: &Target, abort: bool) -> anyhow::Result<ExitCode> {
+    let api = api(target).await?;
+    let service = api.get_status(&target.name).await?;
+    let Some(canary) = service.status.and_then(|s| s.canary_status) else {
+        eprintln!("{}: no canary; nothing to do", target.name);
+        return Ok(ExitCode::from(NOTHING_TO_DO));
+    };
+    let aborted = canary.phase == Some(CanaryPhase::Aborted);
+    if abort && (aborted || canary.phase == Some(CanaryPhase::Completed)) || !abort && !aborted {
+        eprintln!(
+            "{}: the canary is {:?}; nothing to do",
+            target.name,
+            canary.phase.unwrap_or(CanaryPhase::Initializing)
+        );
+        return Ok(ExitCode::from(NOTHING_TO_DO));
+    }
+    let patch = json!({"status": {"canaryStatus": {"abort": abort}}});
+    api.patch_status(&target.name, &user_params(), &Patch::Merge(patch))
+        .await?;
+    println!(
+        "{}: {}",
+        target.name,
+        if abort {
+            "aborting: every replica returns to the stable revision"
+        } else {
+            "retrying from step 0"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn set_paused(target: &Target, paused: bool) -> anyhow::Result<ExitCode> {
+    let api = api(target).await?;
+    let patch = json!({"spec": {"paused": paused}});
+    api.patch(&target.name, &user_params(), &Patch::Merge(patch))
+        .await
+        .with_context(|| format!("patching StormService {}", target.name))?;
+    println!(
+        "{}: {}",
+        target.name,
+        if paused { "paused" } else { "resumed" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The compact status table.
+pub fn render(service: &StormService) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let status = service.status.clone().unwrap_or_default();
+    let name = service.metadata.name.clone().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "StormService {}/{}  replicas {}  ready {}  updated {}  paused {}",
+        service.metadata.namespace.clone().unwrap_or_default(),
+        name,
+        service.spec.replicas_or_default(),
+        status.ready_replicas,
+        status.updated_replicas,
+        service.spec.paused == Some(true),
+    );
+    let _ = writeln!(
+        out,
+        "revisions: stable {}  update {}",
+        status.current_revision.as_deref().unwrap_or("-"),
+        status.update_revision.as_deref().unwrap_or("-"),
+    );
+    let steps = steps_of(service);
+    match status.canary_status.as_ref() {
+        None => {
+            let _ = writeln!(out, "canary: none");
+        }
+        Some(canary) => {
+            let current = usize::try_from(canary.current_step).unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "canary: phase {:?}  step {}/{}  weight {}%  mode {}",
+                canary.phase.unwrap_or(CanaryPhase::Initializing),
+                current,
+                steps.len().saturating_sub(1),
+                if steps.is_empty() {
+                    0
+                } else {
+                    weight_at(&steps, current)
+                },
+                canary.mode.map_or("-".to_string(), |m| format!("{m:?}")),
+            );
+            for (i, step) in steps.iter().enumerate() {
+                let marker = match i.cmp(&current) {
+                    std::cmp::Ordering::Less => "done",
+                    std::cmp::Ordering::Equal => "now",
+                    std::cmp::Ordering::Greater => "",
+                };
+                let what = match step {
+                    Step::Weight(w) => format!("setWeight {w}"),
+                    Step::Pause(Some(d)) => format!("pause {d}s"),
+                    Step::Pause(None) => "pause (until promoted)".to_string(),
+                };
+                let _ = writeln!(out, "  {i:>2}  {what:<24} {marker}");
+            }
+            let _ = writeln!(
+                out,
+                "waiting for: {}",
+                waiting_for(canary, steps.get(current))
+            );
+            if let Some(message) = &canary.message {
+                let _ = writeln!(out, "message: {message}");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{:<16} {:>8} {:>6} {:>8} {:>14}",
+        "ROLE", "REPLICAS", "READY", "UPDATED", "UPDATED-READY"
+    );
+    for role in status.role_statuses.iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{:<16} {:>8} {:>6} {:>8} {:>14}",
+            role.name,
+            role.replicas,
+            role.ready_replicas,
+            role.updated_replicas,
+            role.updated_ready_replicas
+        );
+    }
+    out
+}
+
+fn steps_of(service: &StormService) -> Vec<Step> {
+    let mut steps: Vec<Step> = service
+        .spec
+        .canary_steps()
+        .unwrap_or_default()
+        .iter()
+        .map(|s| match (&s.set_weight, &s.pause) {
+            (Some(w), _) => Step::Weight(u32::try_from(*w).unwrap_or(0)),
+            (None, Some(p)) => Step::Pause(p.duration_seconds().unwrap_or(Some(0))),
+            (None, None) => Step::Pause(Some(0)),
+        })
+        .collect();
+    if !steps.is_empty() && steps.last() != Some(&Step::Weight(100)) {
+        steps.push(Step::Weight(100));
+    }
+    steps
+}
+
+fn waiting_for(canary: &crate::api::CanaryStatus, step: Option<&Step>) -> String {
+    match (canary.phase, step) {
+        (Some(CanaryPhase::Completed), _) => "nothing: completed".into(),
+        (Some(CanaryPhase::Aborted), _) => "`squall retry` (aborted)".into(),
+        (_, Some(Step::Pause(None))) => "`squall promote`".into(),
+        (_, Some(Step::Pause(Some(d)))) => format!("the {d}s pause (or `squall promote`)"),
+        (_, Some(Step::Weight(w))) => format!("the {w}% target to be updated and Ready"),
+        (_, None) => "-".into(),
+    }
+}
