@@ -179,21 +179,17 @@ impl Context {
         controller: &str,
         object: &K,
         related: Option<ObjectReference>,
-        warning: bool,
         reason: &str,
+        action: &str,
         note: String,
     ) where
         K: kube::Resource<DynamicType = ()>,
     {
         let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
+            type_: EventType::Normal,
             reason: reason.into(),
             note: Some(note),
-            action: reason.into(),
+            action: action.into(),
             secondary: related,
         };
         match self.events.publish(&event, &object.object_ref(&())).await {

@@ -440,7 +440,7 @@ async fn update_in_place(
             "roleset",
             roleset,
             None,
-            false,
+            "InPlaceFallback",
             "InPlaceFallback",
             format!("role {}: {reason}; falling back to recreate", role.name),
         )
@@ -462,7 +462,7 @@ async fn update_in_place(
             "roleset",
             roleset,
             Some(pod.object_ref(&())),
-            false,
+            "InPlaceUpdateCompleted",
             "InPlaceUpdateCompleted",
             format!(
                 "pod {name} of role {} runs template {}",
@@ -493,7 +493,7 @@ async fn update_in_place(
             "roleset",
             roleset,
             Some(pod.object_ref(&())),
-            false,
+            "InPlaceUpdateStarted",
             "InPlaceUpdateStarted",
             format!(
                 "pod {name} of role {} moves to template {}",

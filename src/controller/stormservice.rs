@@ -292,8 +292,8 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             "stormservice",
             service,
             None,
-            false,
             transition.reason,
+            &format!("{}Step{}", transition.reason, transition.step),
             transition.message.clone(),
         )
         .await;
@@ -697,7 +697,7 @@ async fn sync_headless_service(service: &StormService, ctx: &Context) -> Result<
                         "stormservice",
                         service,
                         None,
-                        false,
+                        "HeadlessServiceSynced",
                         "HeadlessServiceSynced",
                         format!("Headless Service {name} created"),
                     )

@@ -49,6 +49,8 @@ pub struct Transition {
     pub message: String,
     /// What caused it.
     pub trigger: Trigger,
+    /// The step it happened at (events of different steps stay apart).
+    pub step: usize,
 }
 
 /// What the controller observed and knows this pass.
@@ -174,6 +176,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                 reason: "CanaryAborted",
                 message: "rolled back to the stable revision; trigger=user".into(),
                 trigger: Trigger::User,
+                step: status.current_step.max(0) as usize,
             });
         }
         return CanaryDecision {
@@ -202,6 +205,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                 reason: "CanaryRestarted",
                 message: "the steps were edited: restarting at step 0; trigger=user".into(),
                 trigger: Trigger::User,
+                step: 0,
             });
             start(input, p.mode)
         }
@@ -213,6 +217,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                     input.canary_revision, input.stable_revision
                 ),
                 trigger: Trigger::User,
+                step: 0,
             });
             start(input, None)
         }
@@ -230,6 +235,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                 reason: "CanaryRetried",
                 message: "retrying from step 0; trigger=user".into(),
                 trigger: Trigger::User,
+                step: 0,
             });
         } else {
             return CanaryDecision {
@@ -252,6 +258,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                 "aborted at step {index}: returning to the stable revision; trigger=user"
             ),
             trigger: Trigger::User,
+            step: index,
         });
         return CanaryDecision {
             status: Some(status),
@@ -272,6 +279,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
             reason: "CanaryPromotedFull",
             message: "promoted to 100%: remaining steps skipped; trigger=user".into(),
             trigger: Trigger::User,
+            step: index,
         });
     }
 
@@ -312,6 +320,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                                 input.canary_revision
                             ),
                             trigger: Trigger::Watch,
+                            step: index,
                         });
                         break;
                     }
@@ -360,6 +369,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                             trigger.as_str()
                         ),
                         trigger,
+                        step: index,
                     });
                     if index == last {
                         break;
@@ -415,6 +425,7 @@ fn enter(
                     ),
                 },
                 trigger,
+                step: index,
             });
         }
         Step::Weight(weight) => {
@@ -427,6 +438,7 @@ fn enter(
                     trigger.as_str()
                 ),
                 trigger,
+                step: index,
             });
         }
     }

@@ -1,0 +1,383 @@
+//! Canary rollouts on the local control plane (shared operator): replica and pooled modes
+//! walk every step — each weight reached and never exceeded, the timed pause waits its
+//! duration, the manual gate holds until `squall promote` — and complete; abort returns to
+//! stable and retry restarts at step 0. Transitions carry their trigger in the events.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use e2e::operator::squall_bin;
+use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use squall::api::{CanaryPhase, RoleSet, StormService};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+const PAUSE_SECONDS: u64 = 3;
+
+fn service(name: &str, replicas: i32, roles: &[(&str, i32)]) -> StormService {
+    let roles: Vec<Value> = roles
+        .iter()
+        .map(|(role, n)| {
+            json!({"name": role, "replicas": n,
+            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "updateStrategy": {"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+                "canary": {"steps": [
+                    {"setWeight": 25},
+                    {"pause": {"duration": format!("{PAUSE_SECONDS}s")}},
+                    {"setWeight": 50},
+                    {"pause": {}},
+                    {"setWeight": 100},
+                ]}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"roles": roles}},
+        }
+    }))
+    .unwrap()
+}
+
+fn squall(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(squall_bin())
+        .args(args)
+        .output()
+        .expect("squall runs");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn canary_at(ss: Option<&StormService>, step: i32) -> bool {
+    ss.and_then(|s| s.status.as_ref())
+        .and_then(|s| s.canary_status.as_ref())
+        .is_some_and(|c| c.current_step == step)
+}
+
+fn phase(ss: Option<&StormService>) -> Option<CanaryPhase> {
+    ss?.status.as_ref()?.canary_status.as_ref()?.phase
+}
+
+fn ready_roleset(r: &RoleSet) -> bool {
+    r.metadata.deletion_timestamp.is_none()
+        && r.status.as_ref().is_some_and(|s| {
+            s.observed_generation == r.metadata.generation
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Canary")))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+async fn change_image(api: &Api<StormService>, name: &str, tag: &str) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([{"op": "replace",
+                "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": tag}]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "canary").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let recorder = Recorder::start(rolesets.clone()).await;
+    api.create(&PostParams::default(), &service("llm", 4, &[("decode", 1)]))
+        .await
+        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
+    })
+    .await
+    .unwrap();
+    let stable = api
+        .get("llm")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_revision
+        .unwrap();
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+
+    change_image(&api, "llm", "engine:2").await;
+    // Step 1, the timed pause, is entered once 25 % (1 RoleSet) is updated and Ready.
+    wait_for(&api, "llm", "the timed pause", TIMEOUT, |ss| {
+        canary_at(ss, 1)
+    })
+    .await
+    .unwrap();
+    let paused_at = Instant::now();
+    wait_for(&api, "llm", "the manual gate", TIMEOUT, |ss| {
+        canary_at(ss, 3)
+    })
+    .await
+    .unwrap();
+    assert!(
+        paused_at.elapsed() + Duration::from_secs(1) >= Duration::from_secs(PAUSE_SECONDS),
+        "the {PAUSE_SECONDS}s pause lasted {:?}",
+        paused_at.elapsed()
+    );
+    // The gate holds: the 50 % target (2 RoleSets) is reached and nothing moves further.
+    let gate = wait_for(&api, "llm", "50 % Ready at the gate", TIMEOUT, |ss| {
+        canary_at(ss, 3)
+            && ss
+                .and_then(|s| s.status.as_ref())
+                .is_some_and(|s| s.updated_ready_replicas == 2)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(phase(Some(&gate)), Some(CanaryPhase::Paused));
+    recorder.catch_up(&rolesets).await;
+    let before_promote = recorder.events().len();
+
+    let (code, output) = squall(&["promote", "llm", "-n", ns.name()]);
+    assert_eq!(code, 0, "squall promote: {output}");
+    let done = wait_for(&api, "llm", "the canary completed", TIMEOUT, |ss| {
+        phase(ss) == Some(CanaryPhase::Completed)
+            && ss
+                .and_then(|s| s.status.as_ref())
+                .is_some_and(|s| s.current_revision == s.update_revision)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_ne!(
+        done.status.as_ref().unwrap().current_revision.as_deref(),
+        Some(stable.as_str())
+    );
+    let (code, _) = squall(&["promote", "llm", "-n", ns.name()]);
+    assert_eq!(code, 3, "nothing to promote once completed");
+
+    // At every observed state: the budgets (≤ 5 RoleSets, ≥ 3 Ready) and, before the
+    // promote, never more than 2 (50 %) RoleSets off the stable revision.
+    recorder.catch_up(&rolesets).await;
+    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
+    for (i, event) in recorder.events().iter().enumerate() {
+        match event {
+            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
+            Observed::Deleted(r) => state.remove(&r.name_any()),
+        };
+        if i < start {
+            continue;
+        }
+        let ready = state.values().filter(|r| ready_roleset(r)).count();
+        assert!(state.len() <= 5, "event {i}: {} RoleSets", state.len());
+        assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
+        let canary = state
+            .values()
+            .filter(|r| r.labels()["storm-service-revision"] != stable)
+            .count();
+        if i < before_promote {
+            assert!(
+                canary <= 2,
+                "event {i}: {canary} canary RoleSets above 50 %"
+            );
+        }
+    }
+    // Each transition says what triggered it.
+    let recorded = events(&client, ns.name()).await;
+    let has = |reason: &str, trigger: &str| {
+        recorded
+            .iter()
+            .any(|(r, note)| r == reason && note.contains(&format!("trigger={trigger}")))
+    };
+    assert!(has("CanaryPaused", "watch"), "{recorded:?}");
+    assert!(has("CanaryResumed", "timer"), "{recorded:?}");
+    assert!(has("CanaryResumed", "user"), "{recorded:?}");
+    assert!(has("CanaryCompleted", "watch"), "{recorded:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "abort").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    api.create(&PostParams::default(), &service("llm", 4, &[("decode", 1)]))
+        .await
+        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
+    })
+    .await
+    .unwrap();
+    let stable = api
+        .get("llm")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_revision
+        .unwrap();
+    change_image(&api, "llm", "engine:2").await;
+    wait_for(&api, "llm", "step 2", TIMEOUT, |ss| canary_at(ss, 2))
+        .await
+        .unwrap();
+    let (code, output) = squall(&["abort", "llm", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    wait_for(&api, "llm", "Aborted", TIMEOUT, |ss| {
+        phase(ss) == Some(CanaryPhase::Aborted)
+    })
+    .await
+    .unwrap();
+    e2e::wait_for_all(
+        &rolesets,
+        "every RoleSet back on stable and Ready",
+        TIMEOUT,
+        |all| {
+            all.len() == 4
+                && all
+                    .iter()
+                    .all(|r| r.labels()["storm-service-revision"] == stable && ready_roleset(r))
+        },
+    )
+    .await
+    .unwrap();
+    let (code, output) = squall(&["retry", "llm", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    wait_for(
+        &api,
+        "llm",
+        "restarted at step 0 and moving",
+        TIMEOUT,
+        |ss| {
+            ss.and_then(|s| s.status.as_ref())
+                .and_then(|s| s.canary_status.as_ref())
+                .is_some_and(|c| c.phase != Some(CanaryPhase::Aborted) && c.current_step <= 1)
+        },
+    )
+    .await
+    .unwrap();
+    let (code, output) = squall(&["promote", "llm", "--full", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    wait_for(
+        &api,
+        "llm",
+        "completed after promote --full",
+        TIMEOUT,
+        |ss| phase(ss) == Some(CanaryPhase::Completed),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_pooled_canary_moves_pods_of_the_changed_role_only() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "pooledcanary").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    api.create(
+        &PostParams::default(),
+        &service("pool", 1, &[("decode", 4), ("prefill", 2)]),
+    )
+    .await
+    .unwrap();
+    wait_for(&api, "pool", "pool Ready", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.ready_replicas == 1 && s.current_revision == s.update_revision)
+    })
+    .await
+    .unwrap();
+    let prefill_before: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.labels()["role-name"] == "prefill")
+        .map(|p| p.uid().unwrap())
+        .collect();
+    change_image(&api, "pool", "engine:2").await;
+    wait_for(&api, "pool", "the manual gate", TIMEOUT, |ss| {
+        canary_at(ss, 3)
+    })
+    .await
+    .unwrap();
+    let engine = |p: &Pod| {
+        p.spec.as_ref().unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap()
+    };
+    let at_gate = e2e::wait_for_all(&pods, "2 of 4 decode pods on the canary", TIMEOUT, |all| {
+        let decode: Vec<&Pod> = all
+            .iter()
+            .filter(|p| {
+                p.labels()["role-name"] == "decode" && p.metadata.deletion_timestamp.is_none()
+            })
+            .collect();
+        decode.len() == 4 && decode.iter().filter(|p| engine(p) == "engine:2").count() == 2
+    })
+    .await
+    .unwrap();
+    let prefill_now: Vec<String> = at_gate
+        .iter()
+        .filter(|p| p.labels()["role-name"] == "prefill")
+        .map(|p| p.uid().unwrap())
+        .collect();
+    assert_eq!(
+        prefill_now, prefill_before,
+        "the unchanged role is untouched"
+    );
+    let (code, output) = squall(&["promote", "pool", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    wait_for(&api, "pool", "completed", TIMEOUT, |ss| {
+        phase(ss) == Some(CanaryPhase::Completed)
+    })
+    .await
+    .unwrap();
+    e2e::wait_for_all(&pods, "every decode pod on the canary", TIMEOUT, |all| {
+        all.iter()
+            .filter(|p| {
+                p.labels()["role-name"] == "decode" && p.metadata.deletion_timestamp.is_none()
+            })
+            .all(|p| engine(p) == "engine:2")
+    })
+    .await
+    .unwrap();
+}
