@@ -302,6 +302,28 @@ impl ServiceInput {
     }
 }
 
+impl ServiceInput {
+    /// `InPlaceUpdate`: every outdated RoleSet moves in place — during a canary, only up to
+    /// its target, not-Ready ones first.
+    fn update_in_place(&self) -> ServiceAction {
+        let active = self.active();
+        let (_, updated) = self.split(&active);
+        let room = self
+            .max_updated
+            .map_or(u32::MAX, |t| t.saturating_sub(updated)) as usize;
+        let mut outdated: Vec<&&RoleSetView> = active.iter().filter(|r| !r.updated).collect();
+        outdated.sort_by_key(|r| (r.ready, Reverse(r.index)));
+        ServiceAction {
+            update_in_place: outdated
+                .into_iter()
+                .take(room)
+                .map(|r| r.name.clone())
+                .collect(),
+            ..ServiceAction::default()
+        }
+    }
+}
+
 /// One pass: scale if needed (also while paused); otherwise, unless paused, roll.
 pub fn plan(input: &ServiceInput) -> ServiceAction {
     let scale = input.scale();
@@ -310,15 +332,7 @@ pub fn plan(input: &ServiceInput) -> ServiceAction {
     }
     match input.strategy {
         Strategy::RollingUpdate => input.rolling_update(),
-        Strategy::InPlaceUpdate => ServiceAction {
-            update_in_place: input
-                .active()
-                .iter()
-                .filter(|r| !r.updated)
-                .map(|r| r.name.clone())
-                .collect(),
-            ..ServiceAction::default()
-        },
+        Strategy::InPlaceUpdate => input.update_in_place(),
     }
 }
 
@@ -512,6 +526,16 @@ mod tests {
         assert_eq!(plan(&s).update_in_place, ["pool"]);
         s.paused = true;
         assert!(plan(&s).is_empty(), "paused: no rollout");
+        // A canary in replica mode with InPlaceUpdate moves only its target.
+        let mut replicas = service(
+            4,
+            0,
+            0,
+            (0..4).map(|i| rs(&format!("r{i}"), false, i, true)).collect(),
+        );
+        replicas.strategy = Strategy::InPlaceUpdate;
+        replicas.max_updated = Some(2);
+        assert_eq!(plan(&replicas).update_in_place, ["r3", "r2"]);
     }
 
     fn arb_service() -> impl Generator<Value = ServiceInput> {
@@ -580,7 +604,8 @@ mod tests {
             // SPEC §3.4: a canary never moves beyond its target by its own creates.
             if let Some(target) = s.max_updated {
                 let (_, updated) = s.split(&active);
-                let created = action.create.iter().filter(|c| c.updated).count() as u32;
+                let created = action.create.iter().filter(|c| c.updated).count() as u32
+                    + action.update_in_place.len() as u32;
                 prop_assert!(created == 0 || updated + created <= target,
                     "{updated} updated + {created} created > target {target}");
             }
