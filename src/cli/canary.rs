@@ -145,54 +145,72 @@ async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        CanaryCommand::Promote { target, full } => {
-            let api = api(&target).await?;
-            let service = api.get_status(&target.name).await?;
-            let canary = service.status.and_then(|s| s.canary_status);
-            let Some(canary) = canary.filter(|c| {
-                !matches!(c.phase, Some(CanaryPhase::Completed | CanaryPhase::Aborted))
-            }) else {
-                eprintln!("{}: no canary in progress; nothing to promote", target.name);
-                return Ok(ExitCode::from(NOTHING_TO_DO));
-            };
-            if full {
-                let patch = json!({"status": {"canaryStatus": {"promoteFull": true}}});
-                api.patch_status(&target.name, &user_params(), &Patch::Merge(patch))
-                    .await?;
-                println!("{}: promoting to 100 %", target.name);
-                return Ok(ExitCode::SUCCESS);
-            }
-            let gate = canary
-                .pause_conditions
-                .iter()
-                .flatten()
-                .any(|c| c.reason == PauseReason::CanaryPauseStep);
-            if !gate {
-                eprintln!(
-                    "{}: step {} has no open pause gate; nothing to promote (use --full to skip the remaining steps)",
-                    target.name, canary.current_step
-                );
-                return Ok(ExitCode::from(NOTHING_TO_DO));
-            }
-            // Guarded by the resourceVersion read: a concurrent controller write makes this
-            // fail rather than be lost or lose the controller's.
-            let patch = json!({
-                "metadata": {"resourceVersion": service.metadata.resource_version},
-                "status": {"canaryStatus": {"pauseConditions": null}},
-            });
-            api.patch_status(&target.name, &user_params(), &Patch::Merge(patch))
-                .await
-                .context("promoting (if the controller wrote meanwhile, run it again)")?;
-            println!(
-                "{}: promoted past step {}",
-                target.name, canary.current_step
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        CanaryCommand::Promote { target, full } => promote(&target, full).await,
         CanaryCommand::Abort { target } => set_abort(&target, true).await,
         CanaryCommand::Retry { target } => set_abort(&target, false).await,
         CanaryCommand::Pause { target } => set_paused(&target, true).await,
         CanaryCommand::Resume { target } => set_paused(&target, false).await,
+    }
+}
+
+/// Attempts of a guarded promote that meets concurrent controller writes.
+const PROMOTE_ATTEMPTS: usize = 5;
+
+/// Opens the pause gate: removes the pause condition, guarded by the resourceVersion read
+/// with it (a concurrent controller write makes the attempt fail, never lost), re-read and
+/// retried a few times.
+async fn promote(target: &Target, full: bool) -> anyhow::Result<ExitCode> {
+    let api = api(target).await?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let service = api.get_status(&target.name).await?;
+        let canary = service.status.and_then(|s| s.canary_status);
+        let Some(canary) = canary
+            .filter(|c| !matches!(c.phase, Some(CanaryPhase::Completed | CanaryPhase::Aborted)))
+        else {
+            eprintln!("{}: no canary in progress; nothing to promote", target.name);
+            return Ok(ExitCode::from(NOTHING_TO_DO));
+        };
+        let gate = canary
+            .pause_conditions
+            .iter()
+            .flatten()
+            .any(|c| c.reason == PauseReason::CanaryPauseStep);
+        if !full && !gate {
+            eprintln!(
+                "{}: step {} has no open pause gate; nothing to promote (use --full to skip the remaining steps)",
+                target.name, canary.current_step
+            );
+            return Ok(ExitCode::from(NOTHING_TO_DO));
+        }
+        let change = if full {
+            json!({"promoteFull": true})
+        } else {
+            json!({"pauseConditions": null})
+        };
+        let patch = json!({
+            "metadata": {"resourceVersion": service.metadata.resource_version},
+            "status": {"canaryStatus": change},
+        });
+        match api
+            .patch_status(&target.name, &user_params(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {
+                if full {
+                    println!("{}: promoting to 100 %", target.name);
+                } else {
+                    println!(
+                        "{}: promoted past step {}",
+                        target.name, canary.current_step
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < PROMOTE_ATTEMPTS => {}
+            Err(e) => return Err(e).context("promoting"),
+        }
     }
 }
 

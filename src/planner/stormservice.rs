@@ -531,7 +531,9 @@ mod tests {
             4,
             0,
             0,
-            (0..4).map(|i| rs(&format!("r{i}"), false, i, true)).collect(),
+            (0..4)
+                .map(|i| rs(&format!("r{i}"), false, i, true))
+                .collect(),
         );
         replicas.strategy = Strategy::InPlaceUpdate;
         replicas.max_updated = Some(2);
