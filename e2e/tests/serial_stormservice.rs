@@ -242,3 +242,80 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
     }
     drop(operator);
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_timed_pause_resumes_with_its_remaining_time_after_an_operator_restart() {
+    const PAUSE: u64 = 6;
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "pauserestart").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let operator = Operator::start("pause-restart", UNCHECKED);
+    let mut ss = stormservice("llm", 2, json!({"app": "llm"}));
+    ss.spec.update_strategy.as_mut().unwrap().canary = Some(
+        serde_json::from_value(json!({"steps": [
+            {"setWeight": 50}, {"pause": {"duration": PAUSE}}, {"setWeight": 100},
+        ]}))
+        .unwrap(),
+    );
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
+        .await
+        .unwrap();
+    api.patch(
+        "llm",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
+            "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"}])).unwrap()),
+    )
+    .await
+    .unwrap();
+    let in_pause = |ss: Option<&StormService>| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.canary_status.as_ref())
+            .is_some_and(|c| c.current_step == 1)
+    };
+    let paused = wait_for(&api, "llm", "the timed pause", TIMEOUT, in_pause)
+        .await
+        .unwrap()
+        .unwrap();
+    let entered = std::time::Instant::now();
+    let started = paused
+        .status
+        .unwrap()
+        .canary_status
+        .unwrap()
+        .step_start_time;
+    operator.kill();
+    let operator = Operator::start("pause-restart", UNCHECKED);
+    let done = wait_for(&api, "llm", "the canary completed", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.canary_status.as_ref())
+            .is_some_and(|c| c.phase == Some(squall::api::CanaryPhase::Completed))
+    })
+    .await
+    .unwrap();
+    assert!(
+        entered.elapsed() + Duration::from_secs(1) >= Duration::from_secs(PAUSE),
+        "the pause ended after {:?}, before its {PAUSE}s",
+        entered.elapsed()
+    );
+    assert!(done.is_some() && started.is_some());
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), ns.name());
+    let resumed = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CanaryResumed"))
+        .filter_map(|e| e.note)
+        .collect::<Vec<_>>();
+    assert!(
+        resumed.iter().any(|n| n.contains("trigger=timer")),
+        "the restarted operator ended the pause by its timer: {resumed:?}"
+    );
+    drop(operator);
+}
