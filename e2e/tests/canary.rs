@@ -525,3 +525,73 @@ async fn without_surge_a_canary_completes_and_pause_new_revision_and_promote_beh
         assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
     }
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_promote_sent_while_the_controller_writes_status_is_never_lost() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "race").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let mut ss = service("llm", 4, &[("decode", 1)]);
+    ss.spec.update_strategy.as_mut().unwrap().canary = Some(
+        serde_json::from_value(json!({"steps": [
+            {"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}},
+            {"setWeight": 75}, {"pause": {}}, {"setWeight": 100},
+        ]}))
+        .unwrap(),
+    );
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
+    })
+    .await
+    .unwrap();
+    change_image(&api, "llm", "engine:2").await;
+    for gate in [1, 3, 5] {
+        wait_for(
+            &api,
+            "llm",
+            &format!("the gate at step {gate}"),
+            TIMEOUT,
+            |ss| canary_at(ss, gate),
+        )
+        .await
+        .unwrap();
+        // Make the controller write status while the promote goes out: a pod of a stable
+        // RoleSet is deleted, its RoleSet turns not Ready and Ready again.
+        let victim = pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("engine:1"))
+            .expect("a stable pod");
+        pods.delete(&victim.name_any(), &Default::default())
+            .await
+            .unwrap();
+        let (code, output) = squall(&["promote", "llm", "-n", ns.name()]);
+        assert_eq!(code, 0, "{output}");
+        wait_for(
+            &api,
+            "llm",
+            &format!("past the gate at step {gate}"),
+            TIMEOUT,
+            |ss| {
+                ss.and_then(|s| s.status.as_ref())
+                    .and_then(|s| s.canary_status.as_ref())
+                    .is_some_and(|c| c.current_step > gate)
+            },
+        )
+        .await
+        .unwrap();
+    }
+    wait_for(&api, "llm", "completed", TIMEOUT, |ss| {
+        phase(ss) == Some(CanaryPhase::Completed)
+    })
+    .await
+    .unwrap();
+}
