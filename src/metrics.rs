@@ -28,6 +28,12 @@ struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectLabels {
+    namespace: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TriggerLabels {
     trigger: String,
 }
@@ -51,6 +57,8 @@ pub struct Metrics {
     api_writes: Family<WriteLabels, Counter>,
     leader: Gauge,
     step_transitions: Family<TriggerLabels, Counter>,
+    rollout_step: Family<ObjectLabels, Gauge>,
+    invalid_spec: Family<ObjectLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -83,6 +91,18 @@ impl Default for Metrics {
             "Canary step transitions, by what triggered them (watch, timer, user)",
             step_transitions.clone(),
         );
+        let rollout_step = Family::<ObjectLabels, Gauge>::default();
+        registry.register(
+            "squall_rollout_step",
+            "Current canary step of a StormService",
+            rollout_step.clone(),
+        );
+        let invalid_spec = Family::<ObjectLabels, Gauge>::default();
+        registry.register(
+            "squall_invalid_spec",
+            "1 while a StormService's spec fails validation (it is not rolled)",
+            invalid_spec.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "squall_leader",
@@ -103,6 +123,8 @@ impl Default for Metrics {
             api_writes,
             leader,
             step_transitions,
+            rollout_step,
+            invalid_spec,
         }
     }
 }
@@ -143,6 +165,36 @@ impl Metrics {
                 trigger: trigger.into(),
             })
             .inc();
+    }
+
+    /// The canary step of a StormService.
+    pub fn rollout_step(&self, namespace: &str, name: &str, step: i64) {
+        self.rollout_step
+            .get_or_create(&ObjectLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+            })
+            .set(step);
+    }
+
+    /// Whether a StormService's spec fails validation.
+    pub fn invalid_spec(&self, namespace: &str, name: &str, invalid: bool) {
+        self.invalid_spec
+            .get_or_create(&ObjectLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+            })
+            .set(i64::from(invalid));
+    }
+
+    /// Drops the series of a deleted StormService.
+    pub fn forget_service(&self, namespace: &str, name: &str) {
+        let labels = ObjectLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.rollout_step.remove(&labels);
+        self.invalid_spec.remove(&labels);
     }
 
     /// Whether this process runs the controllers.

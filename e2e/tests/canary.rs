@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use e2e::operator::squall_bin;
+use e2e::operator::{counter_sum, shared_operator_admin, squall_bin};
 use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -224,6 +224,17 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
     assert!(has("CanaryResumed", "timer"), "{recorded:?}");
     assert!(has("CanaryResumed", "user"), "{recorded:?}");
     assert!(has("CanaryCompleted", "watch"), "{recorded:?}");
+    // ... and is counted by trigger; the step gauge shows the last step.
+    let admin = shared_operator_admin();
+    for trigger in ["watch", "timer", "user"] {
+        let label = format!("trigger=\"{trigger}\"");
+        assert!(counter_sum(admin, "squall_step_transitions_total", &[&label]) > 0.0);
+    }
+    let series = format!("namespace=\"{}\"", ns.name());
+    assert_eq!(
+        counter_sum(admin, "squall_rollout_step", &[&series, "name=\"llm\""]),
+        4.0
+    );
 }
 
 #[tokio::test]

@@ -69,6 +69,10 @@ async fn cleanup(service: &StormService, ctx: &Context) -> Result<Action, Error>
         owned_children(&ctx.client, service, LABEL_STORM_SERVICE_NAME).await?;
     if rolesets.is_empty() {
         ctx.forget(service);
+        ctx.metrics.forget_service(
+            &service.namespace().unwrap_or_default(),
+            &service.name_any(),
+        );
         return Ok(Action::await_change());
     }
     let api = rolesets_api(service, ctx);
@@ -95,6 +99,9 @@ struct Revisions {
 
 async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     let report = validate_stormservice(service, None);
+    let namespace = service.namespace().unwrap_or_default();
+    ctx.metrics
+        .invalid_spec(&namespace, &service.name_any(), !report.is_valid());
     if !report.is_valid() {
         // Objects that bypassed the webhook are reported and left alone (SPEC §5).
         write_invalid(service, ctx, &report.error_message()).await?;
@@ -285,6 +292,13 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         service, &fresh, ctx, &revisions, &rolesets, desired, decision,
     )
     .await?;
+    if let Some(step) = decision
+        .and_then(|d| d.status.as_ref())
+        .map(|s| s.current_step)
+    {
+        ctx.metrics
+            .rollout_step(&namespace, &service.name_any(), i64::from(step));
+    }
     // Transitions are reported once their status is stored.
     for transition in decision.iter().flat_map(|d| &d.transitions) {
         ctx.metrics.step_transition(transition.trigger.as_str());
