@@ -606,3 +606,143 @@ async fn a_promote_sent_while_the_controller_writes_status_is_never_lost() {
     .await
     .unwrap();
 }
+
+/// The sample with every timed pause shortened to 2 s, without its namespace.
+fn shortened_sample(file: &str) -> Option<Value> {
+    let shared = e2e::shared_dir()?;
+    let mut sample = e2e::documents(&shared.join("conformance/aibrix-samples").join(file))
+        .into_iter()
+        .find(|d| d["kind"] == "StormService")
+        .expect("a StormService in the sample");
+    sample["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    for step in sample["spec"]["updateStrategy"]["canary"]["steps"]
+        .as_array_mut()
+        .unwrap()
+    {
+        if step["pause"].get("duration").is_some() {
+            step["pause"]["duration"] = json!("2s");
+        }
+    }
+    Some(sample)
+}
+
+/// Applies a canary sample, changes its first role's image and promotes at every manual
+/// gate until the canary completes, checking the role pod budgets at every observed state.
+async fn walk_sample(file: &str, prefix: &str) {
+    let Some(sample) = shortened_sample(file) else {
+        return;
+    };
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, prefix).await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let pod_recorder = Recorder::start(pods.clone()).await;
+    let name = sample["metadata"]["name"].as_str().unwrap().to_string();
+    let out = e2e::apply(ns.name(), &sample.to_string());
+    assert!(out.success, "{}", out.stderr);
+    wait_for(&api, &name, "the sample Ready", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref()).is_some_and(|s| {
+            s.current_revision == s.update_revision
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await
+    .unwrap();
+    pod_recorder.catch_up(&pods).await;
+    let start = pod_recorder.events().len();
+    let steps = sample["spec"]["updateStrategy"]["canary"]["steps"]
+        .as_array()
+        .unwrap()
+        .clone();
+    change_image(&api, &name, "engine:canary").await;
+    let mut seen = Vec::new();
+    loop {
+        let ss = wait_for(&api, &name, "a gate or completion", TIMEOUT, |ss| {
+            let Some(c) = ss
+                .and_then(|s| s.status.as_ref())
+                .and_then(|s| s.canary_status.as_ref())
+            else {
+                return false;
+            };
+            let gate = steps
+                .get(c.current_step as usize)
+                .is_some_and(|s| s.get("pause").is_some_and(|p| p.get("duration").is_none()));
+            c.phase == Some(CanaryPhase::Completed)
+                || (gate && c.phase == Some(CanaryPhase::Paused))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let canary = ss.status.unwrap().canary_status.unwrap();
+        seen.push(canary.current_step);
+        if canary.phase == Some(CanaryPhase::Completed) {
+            break;
+        }
+        let (code, output) = squall(&["promote", &name, "-n", ns.name()]);
+        assert_eq!(code, 0, "{output}");
+        wait_for(&api, &name, "past the gate", TIMEOUT, |ss| {
+            !canary_at(ss, canary.current_step)
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        seen.last().copied(),
+        Some(steps.len() as i32 - 1),
+        "{file}: the last step completes ({seen:?})"
+    );
+    let done = api.get(&name).await.unwrap().status.unwrap();
+    assert_eq!(done.current_revision, done.update_revision);
+    // Pod budgets of every role (maxSurge 0, maxUnavailable 1 by default) at every observed
+    // state: at most `replicas` pods per RoleSet role and at most one of them not Ready.
+    pod_recorder.catch_up(&pods).await;
+    e2e::roles::replay(&pod_recorder.events(), start, |i, state| {
+        let mut per_role: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+        for pod in state.values() {
+            let key = (
+                pod.labels()["roleset-name"].clone(),
+                pod.labels()["role-name"].clone(),
+            );
+            let entry = per_role.entry(key).or_default();
+            entry.0 += 1;
+            entry.1 +=
+                usize::from(pod.metadata.deletion_timestamp.is_none() && e2e::roles::is_ready(pod));
+        }
+        for ((roleset, role), (present, ready)) in per_role {
+            let want = sample["spec"]["template"]["spec"]["roles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == role.as_str())
+                .and_then(|r| r["replicas"].as_u64())
+                .unwrap_or(1) as usize;
+            assert!(
+                present <= want,
+                "{file} event {i}: {roleset}/{role} has {present} pods, at most {want}"
+            );
+            assert!(
+                ready + 1 >= want,
+                "{file} event {i}: {roleset}/{role} has {ready} Ready of {want}"
+            );
+        }
+    });
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn the_replica_mode_canary_sample_walks_every_step() {
+    walk_sample("canary-replica-mode.yaml", "samplereplica").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn the_pooled_mode_canary_sample_walks_every_step() {
+    walk_sample("canary-pooled-mode.yaml", "samplepooled").await;
+}
