@@ -529,6 +529,21 @@ impl RoleInput {
         pod.hash == self.target_hash && !(self.stateful && self.stable_slot(pod.slot))
     }
 
+    /// Target pods beyond the target share while the stable template is known: the
+    /// partition grew (an abort sends the role back to stable).
+    pub fn returning_to_stable(&self) -> bool {
+        if self.stable_hash.is_none() || self.partition == 0 {
+            return false;
+        }
+        let counts = self.counts();
+        let target = counts
+            .active
+            .iter()
+            .filter(|p| p.hash == self.target_hash)
+            .count() as u32;
+        target > self.desired.saturating_sub(self.partition.min(self.desired))
+    }
+
     /// A stateful slot whose pod is created from the stable template.
     pub fn stable_slot(&self, slot: Option<u32>) -> bool {
         self.stable_hash.is_some() && slot.is_some_and(|s| s < self.partition)
@@ -740,7 +755,15 @@ pub fn plan(
     let mut actions = vec![RoleAction::default(); roles.len()];
     match strategy {
         RoleSetUpdateStrategy::Sequential => {
-            for &i in sequence {
+            // Roles returning to their stable template (a pooled canary's abort) go back in
+            // reverse upgrade order (SPEC §3.3).
+            let returning = roles.iter().any(RoleInput::returning_to_stable);
+            let order: Vec<usize> = if returning {
+                sequence.iter().rev().copied().collect()
+            } else {
+                sequence.to_vec()
+            };
+            for i in order {
                 actions[i] = roles[i].rollout();
                 if !actions[i].is_empty() || !roles[i].all_ready() {
                     break;
@@ -1108,6 +1131,22 @@ mod tests {
             ["a1"],
             "step 2 allows one more slot"
         );
+    }
+
+    #[test]
+    fn roles_returning_to_stable_go_in_reverse_upgrade_order() {
+        let back = |name: &str| {
+            let mut r = role(1, 0, 1, vec![pod(&format!("{name}-0"), "new", true)]);
+            r.name = name.into();
+            r.partition = 1;
+            r.stable_hash = Some("stable".into());
+            r
+        };
+        let roles = vec![back("router"), back("decode")];
+        assert!(roles[0].returning_to_stable());
+        let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &[0, 1]);
+        assert!(actions[0].is_empty(), "the first in upgrade order waits");
+        assert_eq!(actions[1].delete, ["decode-0"], "the last in upgrade order goes first");
     }
 
     #[test]
