@@ -262,6 +262,9 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
         .unwrap()
         .current_revision
         .unwrap();
+    let recorder = Recorder::start(rolesets.clone()).await;
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
     change_image(&api, "llm", "engine:2").await;
     wait_for(&api, "llm", "step 2", TIMEOUT, |ss| canary_at(ss, 2))
         .await
@@ -312,6 +315,20 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
     )
     .await
     .unwrap();
+    // The budgets held through the abort, the retry and the full promote.
+    recorder.catch_up(&rolesets).await;
+    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
+    for (i, event) in recorder.events().iter().enumerate() {
+        match event {
+            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
+            Observed::Deleted(r) => state.remove(&r.name_any()),
+        };
+        if i >= start {
+            let ready = state.values().filter(|r| ready_roleset(r)).count();
+            assert!(state.len() <= 5, "event {i}: {} RoleSets", state.len());
+            assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
+        }
+    }
 }
 
 #[tokio::test]
@@ -745,4 +762,116 @@ async fn the_replica_mode_canary_sample_walks_every_step() {
 #[ignore = "needs the local control plane and the shared operator (make test)"]
 async fn the_pooled_mode_canary_sample_walks_every_step() {
     walk_sample("canary-pooled-mode.yaml", "samplepooled").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_global_pause_stops_the_pause_clock_and_reverting_the_template_rolls_back() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "revert").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let recorder = Recorder::start(rolesets.clone()).await;
+    api.create(&PostParams::default(), &service("llm", 4, &[("decode", 1)]))
+        .await
+        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
+    })
+    .await
+    .unwrap();
+    let stable = api
+        .get("llm")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .current_revision
+        .unwrap();
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+    change_image(&api, "llm", "engine:2").await;
+    wait_for(&api, "llm", "the timed pause", TIMEOUT, |ss| {
+        canary_at(ss, 1)
+    })
+    .await
+    .unwrap();
+    let entered = Instant::now();
+
+    // Paused during the timed pause: the time paused does not count.
+    let (code, output) = squall(&["pause", "llm", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    let paused_at = Instant::now();
+    wait_for(&api, "llm", "Paused observed", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Paused" && c.status == "True"))
+    })
+    .await
+    .unwrap();
+    let (code, status) = squall(&["status", "llm", "-n", ns.name()]);
+    assert_eq!(code, 0, "{status}");
+    assert!(
+        status.contains("pause 3s") && status.contains("now"),
+        "squall status:\n{status}"
+    );
+    let (code, output) = squall(&["resume", "llm", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    let paused_for = paused_at.elapsed();
+    wait_for(&api, "llm", "the manual gate", TIMEOUT, |ss| {
+        canary_at(ss, 3)
+    })
+    .await
+    .unwrap();
+    assert!(
+        entered.elapsed() + Duration::from_secs(1)
+            >= Duration::from_secs(PAUSE_SECONDS) + paused_for,
+        "the pause lasted {:?}; {PAUSE_SECONDS}s plus {paused_for:?} paused expected",
+        entered.elapsed()
+    );
+
+    // The template goes back to the stable one: the canary ends as rolled back.
+    change_image(&api, "llm", "engine:1").await;
+    let ended = wait_for(&api, "llm", "rolled back", TIMEOUT, |ss| {
+        phase(ss) == Some(CanaryPhase::Aborted)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let message = ended
+        .status
+        .unwrap()
+        .canary_status
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(message.contains("rolled back"), "{message}");
+    e2e::wait_for_all(
+        &rolesets,
+        "every RoleSet on the stable revision and Ready",
+        TIMEOUT,
+        |all| {
+            all.len() == 4
+                && all
+                    .iter()
+                    .all(|r| r.labels()["storm-service-revision"] == stable && ready_roleset(r))
+        },
+    )
+    .await
+    .unwrap();
+    recorder.catch_up(&rolesets).await;
+    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
+    for (i, event) in recorder.events().iter().enumerate() {
+        match event {
+            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
+            Observed::Deleted(r) => state.remove(&r.name_any()),
+        };
+        if i >= start {
+            let ready = state.values().filter(|r| ready_roleset(r)).count();
+            assert!(state.len() <= 5, "event {i}: {} RoleSets", state.len());
+            assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
+        }
+    }
 }

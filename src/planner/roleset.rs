@@ -541,7 +541,10 @@ impl RoleInput {
             .iter()
             .filter(|p| p.hash == self.target_hash)
             .count() as u32;
-        target > self.desired.saturating_sub(self.partition.min(self.desired))
+        target
+            > self
+                .desired
+                .saturating_sub(self.partition.min(self.desired))
     }
 
     /// A stateful slot whose pod is created from the stable template.
@@ -1146,7 +1149,11 @@ mod tests {
         assert!(roles[0].returning_to_stable());
         let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &[0, 1]);
         assert!(actions[0].is_empty(), "the first in upgrade order waits");
-        assert_eq!(actions[1].delete, ["decode-0"], "the last in upgrade order goes first");
+        assert_eq!(
+            actions[1].delete,
+            ["decode-0"],
+            "the last in upgrade order goes first"
+        );
     }
 
     #[test]
