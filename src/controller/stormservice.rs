@@ -213,6 +213,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             .as_ref()
             .filter(|c| !pooled && !c.decision.aborting)
             .map(|c| target(desired, c.decision.weight)),
+        in_place_unavailable: in_place_unavailable(service, desired),
     };
     let action = plan(&input);
 
@@ -466,6 +467,11 @@ fn budgets(service: &StormService, desired: u32) -> Fenceposts {
     if service.spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate {
         return Fenceposts::default();
     }
+    resolved_budgets(service, desired)
+}
+
+/// `maxSurge` / `maxUnavailable` resolved against `desired` (AIBrix's fence-post rule).
+fn resolved_budgets(service: &StormService, desired: u32) -> Fenceposts {
     let strategy = service.spec.update_strategy.as_ref();
     let parse = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
         v.and_then(|v| Budget::parse(v).ok())
@@ -475,6 +481,12 @@ fn budgets(service: &StormService, desired: u32) -> Fenceposts {
         parse(strategy.and_then(|s| s.max_unavailable.as_ref())),
         desired,
     )
+}
+
+/// How many RoleSets `InPlaceUpdate` may have not Ready at once: the resolved
+/// `maxUnavailable` (AIBrix's fence-post rule), whatever the update type.
+fn in_place_unavailable(service: &StormService, desired: u32) -> u32 {
+    resolved_budgets(service, desired).max_unavailable.max(1)
 }
 
 /// Whether a RoleSet's status describes its current generation and says Ready.

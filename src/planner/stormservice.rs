@@ -56,6 +56,9 @@ pub struct ServiceInput {
     pub pending_deletes: BTreeSet<String>,
     /// A canary's target: at most this many RoleSets on the update revision (SPEC §3.2).
     pub max_updated: Option<u32>,
+    /// `InPlaceUpdate`: RoleSets updated in place but not Ready again may number at most
+    /// this (the resolved `maxUnavailable`; the StormService-level budgets are zero then).
+    pub in_place_unavailable: u32,
 }
 
 /// A RoleSet to create.
@@ -303,14 +306,16 @@ impl ServiceInput {
 }
 
 impl ServiceInput {
-    /// `InPlaceUpdate`: every outdated RoleSet moves in place — during a canary, only up to
-    /// its target, not-Ready ones first.
+    /// `InPlaceUpdate`: outdated RoleSets move in place, not-Ready ones first, at most
+    /// `in_place_unavailable` not Ready at a time — during a canary, only up to its target.
     fn update_in_place(&self) -> ServiceAction {
         let active = self.active();
         let (_, updated) = self.split(&active);
+        let updating = active.iter().filter(|r| r.updated && !r.ready).count() as u32;
         let room = self
             .max_updated
-            .map_or(u32::MAX, |t| t.saturating_sub(updated)) as usize;
+            .map_or(u32::MAX, |t| t.saturating_sub(updated))
+            .min(self.in_place_unavailable.saturating_sub(updating)) as usize;
         let mut outdated: Vec<&&RoleSetView> = active.iter().filter(|r| !r.updated).collect();
         outdated.sort_by_key(|r| (r.ready, Reverse(r.index)));
         ServiceAction {
@@ -373,6 +378,7 @@ mod tests {
             pending_creates: Vec::new(),
             pending_deletes: BTreeSet::new(),
             max_updated: None,
+            in_place_unavailable: 1,
         }
     }
 
@@ -537,7 +543,13 @@ mod tests {
         );
         replicas.strategy = Strategy::InPlaceUpdate;
         replicas.max_updated = Some(2);
+        replicas.in_place_unavailable = 2;
         assert_eq!(plan(&replicas).update_in_place, ["r3", "r2"]);
+        // ... and at most maxUnavailable not Ready at a time.
+        replicas.in_place_unavailable = 1;
+        assert_eq!(plan(&replicas).update_in_place, ["r3"]);
+        replicas.rolesets[3] = rs("r3", true, 3, false);
+        assert!(plan(&replicas).is_empty(), "r3 is still coming back");
     }
 
     fn arb_service() -> impl Generator<Value = ServiceInput> {
@@ -575,6 +587,7 @@ mod tests {
                         s.budgets = Fenceposts::default();
                     }
                     s.max_updated = canary.map(|w| (s.desired * w).div_ceil(100));
+                    s.in_place_unavailable = unavailable.max(1);
                     s
                 },
             )
@@ -603,6 +616,10 @@ mod tests {
             }
             let deleted: BTreeSet<&String> = action.delete.iter().collect();
             prop_assert_eq!(deleted.len(), action.delete.len(), "no double delete");
+            let updating = active.iter().filter(|r| r.updated && !r.ready).count() as u32;
+            prop_assert!(action.update_in_place.is_empty()
+                || updating + action.update_in_place.len() as u32 <= s.in_place_unavailable,
+                "{} moved in place with {updating} not Ready yet", action.update_in_place.len());
             // SPEC §3.4: a canary never moves beyond its target by its own creates.
             if let Some(target) = s.max_updated {
                 let (_, updated) = s.split(&active);
