@@ -1051,8 +1051,16 @@ async fn write_status(
         .find(|c| c.type_ == "Progressing")
         .cloned();
     let now = k8s_openapi::jiff::Timestamp::now();
-    let last_progress = match (&previous_progress, moved) {
-        (Some(c), false) => c.last_update_time.as_ref().map_or(now, |t| t.0),
+    // The deadline clock does not run while paused (globally or in a canary pause step): it
+    // restarts when waiting begins or ends, and is kept otherwise (so status stays put).
+    let waiting = paused || canary_phase == Some(CanaryPhase::Paused);
+    let last_progress = match &previous_progress {
+        Some(c)
+            if !moved
+                && waiting == matches!(c.reason.as_deref(), Some("Paused" | "CanaryPaused")) =>
+        {
+            c.last_update_time.as_ref().map_or(now, |t| t.0)
+        }
         _ => now,
     };
     let deadline = service
@@ -1075,6 +1083,15 @@ async fn write_status(
             "Unknown",
             "Paused",
             "the rollout is paused".into(),
+            generation,
+        )
+    } else if canary_phase == Some(CanaryPhase::Paused) {
+        // Waiting in a pause step is not a stall: no progress deadline runs.
+        condition(
+            "Progressing",
+            "Unknown",
+            "CanaryPaused",
+            "the canary waits in a pause step".into(),
             generation,
         )
     } else if stalled_for >= deadline {
