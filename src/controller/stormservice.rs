@@ -994,9 +994,10 @@ async fn write_status(
     // during a canary, only when it completes.
     let canary_phase = canary.and_then(|c| c.status.as_ref()).and_then(|c| c.phase);
     let canary_running = canary.is_some() && canary_phase != Some(CanaryPhase::Completed);
-    if canary_phase == Some(CanaryPhase::Completed)
-        || (!canary_running && count(&|r| !on(r, &update_name)) == 0)
-    {
+    // A rollout is over when no RoleSet is left elsewhere and the count is whole again (a
+    // replacement created after that still belongs to the rollout).
+    let rolled = count(&|r| !on(r, &update_name)) == 0 && active.len() as u32 >= desired;
+    if canary_phase == Some(CanaryPhase::Completed) || (!canary_running && rolled) {
         current_name = update_name.clone();
     }
     let replicas = active.len() as i32;
