@@ -63,21 +63,54 @@ pub fn hash_of(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
-/// Replays recorded pod events, calling `check(index, live pods)` for every observed state
+/// Replays recorded events, calling `check(index, live objects)` for every observed state
 /// from event `start` on (earlier events only build the state).
-pub fn replay(
-    events: &[crate::Observed<Pod>],
+pub fn replay<K: kube::Resource + Clone>(
+    events: &[crate::Observed<K>],
     start: usize,
-    mut check: impl FnMut(usize, &std::collections::BTreeMap<String, Pod>),
+    mut check: impl FnMut(usize, &std::collections::BTreeMap<String, K>),
 ) {
     let mut state = std::collections::BTreeMap::new();
     for (i, event) in events.iter().enumerate() {
         match event {
-            crate::Observed::Applied(p) => state.insert(p.name_any(), p.clone()),
-            crate::Observed::Deleted(p) => state.remove(&p.name_any()),
+            crate::Observed::Applied(o) => state.insert(o.name_any(), o.clone()),
+            crate::Observed::Deleted(o) => state.remove(&o.name_any()),
         };
         if i >= start {
             check(i, &state);
         }
     }
+}
+
+/// A RoleSet that is not terminating and whose status, observed at its generation, says
+/// Ready.
+pub fn roleset_ready(roleset: &RoleSet) -> bool {
+    roleset.metadata.deletion_timestamp.is_none()
+        && roleset.status.as_ref().is_some_and(|s| {
+            s.observed_generation == roleset.metadata.generation
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// The StormService budgets at one observed state: at most `max_present` RoleSets (counting
+/// terminating ones) and at least `min_ready` Ready.
+pub fn assert_roleset_budgets(
+    event: usize,
+    state: &std::collections::BTreeMap<String, RoleSet>,
+    max_present: usize,
+    min_ready: usize,
+) {
+    let ready = state.values().filter(|r| roleset_ready(r)).count();
+    assert!(
+        state.len() <= max_present,
+        "event {event}: {} RoleSets, at most {max_present}",
+        state.len()
+    );
+    assert!(
+        ready >= min_ready,
+        "event {event}: {ready} Ready RoleSets, at least {min_ready}"
+    );
 }

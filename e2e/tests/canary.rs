@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::operator::{counter_sum, shared_operator_admin, squall_bin};
-use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
+use e2e::roles::{assert_roleset_budgets, replay, roleset_ready};
+use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
@@ -71,17 +72,6 @@ fn phase(ss: Option<&StormService>) -> Option<CanaryPhase> {
     ss?.status.as_ref()?.canary_status.as_ref()?.phase
 }
 
-fn ready_roleset(r: &RoleSet) -> bool {
-    r.metadata.deletion_timestamp.is_none()
-        && r.status.as_ref().is_some_and(|s| {
-            s.observed_generation == r.metadata.generation
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-}
-
 async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
     api.list(&Default::default())
@@ -92,6 +82,23 @@ async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
         .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Canary")))
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
+}
+
+/// Creates a StormService and waits until all its replicas are Ready on one revision;
+/// returns that (stable) revision.
+async fn create_ready(api: &Api<StormService>, ss: StormService) -> String {
+    let name = ss.metadata.name.clone().unwrap();
+    let replicas = ss.spec.replicas_or_default();
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    let ready = wait_for(api, &name, "Ready on one revision", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref()).is_some_and(|s| {
+            s.ready_replicas == replicas && s.current_revision == s.update_revision
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    ready.status.unwrap().current_revision.unwrap()
 }
 
 async fn change_image(api: &Api<StormService>, name: &str, tag: &str) {
@@ -117,23 +124,7 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
     let recorder = Recorder::start(rolesets.clone()).await;
-    api.create(&PostParams::default(), &service("llm", 4, &[("decode", 1)]))
-        .await
-        .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
-        ss.and_then(|s| s.status.as_ref())
-            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
-    })
-    .await
-    .unwrap();
-    let stable = api
-        .get("llm")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .current_revision
-        .unwrap();
+    let stable = create_ready(&api, service("llm", 4, &[("decode", 1)])).await;
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
 
@@ -190,18 +181,8 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
     // At every observed state: the budgets (≤ 5 RoleSets, ≥ 3 Ready) and, before the
     // promote, never more than 2 (50 %) RoleSets off the stable revision.
     recorder.catch_up(&rolesets).await;
-    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
-    for (i, event) in recorder.events().iter().enumerate() {
-        match event {
-            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
-            Observed::Deleted(r) => state.remove(&r.name_any()),
-        };
-        if i < start {
-            continue;
-        }
-        let ready = state.values().filter(|r| ready_roleset(r)).count();
-        assert!(state.len() <= 5, "event {i}: {} RoleSets", state.len());
-        assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3);
         let canary = state
             .values()
             .filter(|r| r.labels()["storm-service-revision"] != stable)
@@ -212,7 +193,7 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
                 "event {i}: {canary} canary RoleSets above 50 %"
             );
         }
-    }
+    });
     // Each transition says what triggered it.
     let recorded = events(&client, ns.name()).await;
     let has = |reason: &str, trigger: &str| {
@@ -245,23 +226,7 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
     let ns = TestNamespace::create(&client, "abort").await;
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
-    api.create(&PostParams::default(), &service("llm", 4, &[("decode", 1)]))
-        .await
-        .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
-        ss.and_then(|s| s.status.as_ref())
-            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
-    })
-    .await
-    .unwrap();
-    let stable = api
-        .get("llm")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .current_revision
-        .unwrap();
+    let stable = create_ready(&api, service("llm", 4, &[("decode", 1)])).await;
     let recorder = Recorder::start(rolesets.clone()).await;
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
@@ -284,7 +249,7 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
             all.len() == 4
                 && all
                     .iter()
-                    .all(|r| r.labels()["storm-service-revision"] == stable && ready_roleset(r))
+                    .all(|r| r.labels()["storm-service-revision"] == stable && roleset_ready(r))
         },
     )
     .await
@@ -317,18 +282,9 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
     .unwrap();
     // The budgets held through the abort, the retry and the full promote.
     recorder.catch_up(&rolesets).await;
-    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
-    for (i, event) in recorder.events().iter().enumerate() {
-        match event {
-            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
-            Observed::Deleted(r) => state.remove(&r.name_any()),
-        };
-        if i >= start {
-            let ready = state.values().filter(|r| ready_roleset(r)).count();
-            assert!(state.len() <= 5, "event {i}: {} RoleSets", state.len());
-            assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
-        }
-    }
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3);
+    });
 }
 
 #[tokio::test]
@@ -450,13 +406,7 @@ async fn without_surge_a_canary_completes_and_pause_new_revision_and_promote_beh
     let mut ss = service("llm", 4, &[("decode", 1)]);
     let strategy = ss.spec.update_strategy.as_mut().unwrap();
     strategy.max_surge = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0));
-    api.create(&PostParams::default(), &ss).await.unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
-        ss.and_then(|s| s.status.as_ref())
-            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
-    })
-    .await
-    .unwrap();
+    create_ready(&api, ss).await;
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
     change_image(&api, "llm", "engine:2").await;
@@ -535,23 +485,9 @@ async fn without_surge_a_canary_completes_and_pause_new_revision_and_promote_beh
     .unwrap();
     // maxSurge 0, maxUnavailable 1 at every observed state.
     recorder.catch_up(&rolesets).await;
-    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
-    for (i, event) in recorder.events().iter().enumerate() {
-        match event {
-            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
-            Observed::Deleted(r) => state.remove(&r.name_any()),
-        };
-        if i < start {
-            continue;
-        }
-        let ready = state.values().filter(|r| ready_roleset(r)).count();
-        assert!(
-            state.len() <= 4,
-            "event {i}: {} RoleSets with maxSurge 0",
-            state.len()
-        );
-        assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
-    }
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 4, 3)
+    });
 }
 
 #[tokio::test]
@@ -570,13 +506,7 @@ async fn a_promote_sent_while_the_controller_writes_status_is_never_lost() {
         ]}))
         .unwrap(),
     );
-    api.create(&PostParams::default(), &ss).await.unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
-        ss.and_then(|s| s.status.as_ref())
-            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
-    })
-    .await
-    .unwrap();
+    create_ready(&api, ss).await;
     change_image(&api, "llm", "engine:2").await;
     for gate in [1, 3, 5] {
         wait_for(
@@ -773,23 +703,7 @@ async fn a_global_pause_stops_the_pause_clock_and_reverting_the_template_rolls_b
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
     let recorder = Recorder::start(rolesets.clone()).await;
-    api.create(&PostParams::default(), &service("llm", 4, &[("decode", 1)]))
-        .await
-        .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
-        ss.and_then(|s| s.status.as_ref())
-            .is_some_and(|s| s.ready_replicas == 4 && s.current_revision == s.update_revision)
-    })
-    .await
-    .unwrap();
-    let stable = api
-        .get("llm")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .current_revision
-        .unwrap();
+    let stable = create_ready(&api, service("llm", 4, &[("decode", 1)])).await;
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
     change_image(&api, "llm", "engine:2").await;
@@ -856,22 +770,13 @@ async fn a_global_pause_stops_the_pause_clock_and_reverting_the_template_rolls_b
             all.len() == 4
                 && all
                     .iter()
-                    .all(|r| r.labels()["storm-service-revision"] == stable && ready_roleset(r))
+                    .all(|r| r.labels()["storm-service-revision"] == stable && roleset_ready(r))
         },
     )
     .await
     .unwrap();
     recorder.catch_up(&rolesets).await;
-    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
-    for (i, event) in recorder.events().iter().enumerate() {
-        match event {
-            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
-            Observed::Deleted(r) => state.remove(&r.name_any()),
-        };
-        if i >= start {
-            let ready = state.values().filter(|r| ready_roleset(r)).count();
-            assert!(state.len() <= 5, "event {i}: {} RoleSets", state.len());
-            assert!(ready >= 3, "event {i}: {ready} Ready RoleSets");
-        }
-    }
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3);
+    });
 }

@@ -4,11 +4,12 @@
 //! restarted operator completes them within the budgets, without duplicate RoleSets or
 //! indexes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::operator::Operator;
-use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
+use e2e::roles::{assert_roleset_budgets, replay, roleset_ready};
+use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -54,17 +55,6 @@ fn settled(ss: Option<&StormService>) -> bool {
             st.observed_generation == s.metadata.generation
                 && st.current_revision == st.update_revision
                 && condition(Some(s), "Ready").is_some_and(|(status, _)| status == "True")
-        })
-}
-
-fn roleset_ready(rs: &RoleSet) -> bool {
-    rs.metadata.deletion_timestamp.is_none()
-        && rs.status.as_ref().is_some_and(|s| {
-            s.observed_generation == rs.metadata.generation
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
         })
 }
 
@@ -223,23 +213,9 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
     assert_eq!(indexes.len(), 8, "no duplicate index: {indexes:?}");
     // The budgets at every observed state of the rollout (4 RoleSets, maxSurge 1,
     // maxUnavailable 1), across both restarts.
-    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
-    for (i, event) in recorder.events()[..rollout_end].iter().enumerate() {
-        match event {
-            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
-            Observed::Deleted(r) => state.remove(&r.name_any()),
-        };
-        if i < start {
-            continue;
-        }
-        let ready = state.values().filter(|r| roleset_ready(r)).count();
-        assert!(
-            state.len() <= 5,
-            "event {i}: {} RoleSets, at most 5",
-            state.len()
-        );
-        assert!(ready >= 3, "event {i}: {ready} Ready RoleSets, at least 3");
-    }
+    replay(&recorder.events()[..rollout_end], start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3)
+    });
     drop(operator);
 }
 

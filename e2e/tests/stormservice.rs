@@ -3,13 +3,11 @@
 //! rollback reuses the old revision and history is truncated; pooled mode updates in place,
 //! rolling only the changed role, and a role-replica-only change scales without a revision.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use e2e::roles::role_of;
-use e2e::{
-    Observed, Recorder, TestNamespace, apply, client, documents, install_crds, shared_dir, wait_for,
-};
+use e2e::roles::{assert_roleset_budgets, replay, role_of};
+use e2e::{Recorder, TestNamespace, apply, client, documents, install_crds, shared_dir, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
@@ -35,17 +33,6 @@ fn settled(ss: Option<&StormService>, generation: Option<i64>) -> bool {
         && ss.metadata.generation == Some(at)
         && status.current_revision == status.update_revision
         && ready
-}
-
-fn roleset_ready(rs: &RoleSet) -> bool {
-    rs.metadata.deletion_timestamp.is_none()
-        && rs.status.as_ref().is_some_and(|s| {
-            s.observed_generation == rs.metadata.generation
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
 }
 
 fn stormservice(name: &str, replicas: i32, strategy: Value, roles: &[(&str, i32)]) -> StormService {
@@ -255,30 +242,16 @@ async fn replica_mode_rolls_within_budgets_rolls_back_and_truncates_history() {
     recorder.catch_up(&rolesets).await;
 
     // Budgets at every observed state: at most 4 + 1 RoleSets, at least 4 - 1 Ready.
-    let mut state: BTreeMap<String, RoleSet> = BTreeMap::new();
     let mut seen_new = 0;
-    for (i, event) in recorder.events().iter().enumerate() {
-        match event {
-            Observed::Applied(r) => state.insert(r.name_any(), r.clone()),
-            Observed::Deleted(r) => state.remove(&r.name_any()),
-        };
-        if i < start {
-            continue;
-        }
-        let ready = state.values().filter(|r| roleset_ready(r)).count();
-        assert!(
-            state.len() <= 5,
-            "event {i}: {} RoleSets, at most 5",
-            state.len()
-        );
-        assert!(ready >= 3, "event {i}: {ready} Ready RoleSets, at least 3");
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3);
         seen_new = seen_new.max(
             state
                 .values()
                 .filter(|r| r.labels()["storm-service-revision"] == second_revision)
                 .count(),
         );
-    }
+    });
     assert_eq!(seen_new, 4, "every RoleSet was replaced");
     let after: Vec<RoleSet> = rolesets.list(&Default::default()).await.unwrap().items;
     let indexes: BTreeSet<String> = after

@@ -253,6 +253,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             continue;
         };
         move_in_place(
+            service,
             roleset,
             &target_template,
             target_revision,
@@ -433,16 +434,8 @@ fn pooled_spec(
     stable_revision: &str,
 ) -> crate::api::RoleSetSpec {
     let mut spec = update.spec.clone().unwrap_or_default();
-    let stable_hash = |name: &str| {
-        current
-            .spec
-            .iter()
-            .flat_map(|s| s.roles.iter().flatten())
-            .find(|r| r.name == name)
-            .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
-    };
     for role in spec.roles.iter_mut().flatten() {
-        let Some(stable) = stable_hash(&role.name) else {
+        let Some(stable) = role_hash(current, &role.name) else {
             continue; // a new role has nothing stable to keep
         };
         if stable == template_hash(&role.template.clone().unwrap_or_default()) {
@@ -539,6 +532,16 @@ fn with_live_replicas(
     template
 }
 
+/// The pod-template hash of `role` in a StormService template.
+fn role_hash(template: &RoleSetTemplateSpec, role: &str) -> Option<String> {
+    template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .find(|r| r.name == role)
+        .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
+}
+
 /// Per-role revisions (AIBRIX-REFERENCE §2.2.7): on the update revision, a role whose pod
 /// template is unchanged since the current revision keeps the current revision.
 fn role_revisions<'a>(
@@ -548,21 +551,13 @@ fn role_revisions<'a>(
     current_revision: &'a ControllerRevision,
     updated: bool,
 ) -> BTreeMap<String, &'a ControllerRevision> {
-    let current_hash = |name: &str| {
-        current
-            .spec
-            .iter()
-            .flat_map(|s| s.roles.iter().flatten())
-            .find(|r| r.name == name)
-            .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
-    };
     template
         .spec
         .iter()
         .flat_map(|s| s.roles.iter().flatten())
         .map(|role| {
             let hash = template_hash(&role.template.clone().unwrap_or_default());
-            let unchanged = current_hash(&role.name) == Some(hash);
+            let unchanged = role_hash(current, &role.name) == Some(hash);
             let revision = if updated && !unchanged {
                 revision
             } else {
@@ -636,43 +631,24 @@ fn render_roleset(
 /// annotations and the spec are replaced; everything else on it (third-party metadata, the
 /// `roleset-index`) stays (a fix of AIBRIX-REFERENCE §8.1 item 10).
 async fn move_in_place(
+    service: &StormService,
     roleset: &RoleSet,
     template: &RoleSetTemplateSpec,
     revision: &ControllerRevision,
     roles: &BTreeMap<String, &ControllerRevision>,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let service_name = roleset
-        .labels()
-        .get(LABEL_STORM_SERVICE_NAME)
-        .cloned()
-        .unwrap_or_default();
     let escape = |key: &str| key.replace('~', "~0").replace('/', "~1");
     let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion",
         "value": roleset.resource_version()})];
     ops.push(json!({"op": "replace", "path": "/spec", "value": template.spec.clone().unwrap_or_default()}));
-    let labels = BTreeMap::from([
-        (LABEL_STORM_SERVICE_NAME.to_string(), service_name),
-        (
-            LABEL_STORM_SERVICE_REVISION.to_string(),
-            revision.name_any(),
-        ),
-    ]);
-    let mut annotations = BTreeMap::from([(ANNOTATION_REVISION.to_string(), revision.name_any())]);
-    for (role, role_revision) in roles {
-        annotations.insert(
-            format!("{ANNOTATION_ROLE_REVISION_PREFIX}{role}"),
-            role_revision.revision.to_string(),
-        );
-        annotations.insert(
-            format!("{ANNOTATION_ROLE_REVISION_NAME_PREFIX}{role}"),
-            role_revision.name_any(),
-        );
-    }
+    let (labels, annotations) = revision_metadata(service, revision, roles);
     for (field, values) in [("labels", labels), ("annotations", annotations)] {
-        if roleset.metadata.labels.is_none() && field == "labels"
-            || roleset.metadata.annotations.is_none() && field == "annotations"
-        {
+        let present = match field {
+            "labels" => roleset.metadata.labels.is_some(),
+            _ => roleset.metadata.annotations.is_some(),
+        };
+        if !present {
             ops.push(json!({"op": "add", "path": format!("/metadata/{field}"), "value": {}}));
         }
         for (key, value) in values {
