@@ -34,6 +34,20 @@ struct ObjectLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RoleReplicaLabels {
+    namespace: String,
+    name: String,
+    role: String,
+    revision: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TriggerLabels {
     trigger: String,
 }
@@ -41,6 +55,11 @@ struct TriggerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
     webhook: String,
+}
+
+/// 1 s .. ~9 h: rollouts and pauses that wait for people.
+fn rollout_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
 }
 
 fn latency_histogram() -> Histogram {
@@ -59,6 +78,12 @@ pub struct Metrics {
     step_transitions: Family<TriggerLabels, Counter>,
     rollout_step: Family<ObjectLabels, Gauge>,
     invalid_spec: Family<ObjectLabels, Gauge>,
+    role_replicas: Family<RoleReplicaLabels, Gauge>,
+    /// Roles with `role_replicas` series, per StormService (to drop them with it).
+    roles_seen:
+        Mutex<std::collections::BTreeMap<(String, String), std::collections::BTreeSet<String>>>,
+    rollout_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    manual_pause: Histogram,
 }
 
 impl Default for Metrics {
@@ -103,6 +128,27 @@ impl Default for Metrics {
             "1 while a StormService's spec fails validation (it is not rolled)",
             invalid_spec.clone(),
         );
+        let role_replicas = Family::<RoleReplicaLabels, Gauge>::default();
+        registry.register(
+            "squall_role_replicas",
+            "Replicas of a StormService role on the stable or canary revision, updated or ready",
+            role_replicas.clone(),
+        );
+        let rollout_duration =
+            Family::<OutcomeLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                rollout_histogram,
+            );
+        registry.register(
+            "squall_rollout_duration_seconds",
+            "Canary rollouts from the new revision to completion or abort, by outcome",
+            rollout_duration.clone(),
+        );
+        let manual_pause = rollout_histogram();
+        registry.register(
+            "squall_manual_pause_seconds",
+            "Time canary pause steps waited for a promote",
+            manual_pause.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "squall_leader",
@@ -125,6 +171,10 @@ impl Default for Metrics {
             step_transitions,
             rollout_step,
             invalid_spec,
+            role_replicas,
+            roles_seen: Mutex::default(),
+            rollout_duration,
+            manual_pause,
         }
     }
 }
@@ -195,6 +245,66 @@ impl Metrics {
         };
         self.rollout_step.remove(&labels);
         self.invalid_spec.remove(&labels);
+        let roles = self
+            .roles_seen
+            .lock()
+            .expect("roles lock")
+            .remove(&(namespace.to_string(), name.to_string()))
+            .unwrap_or_default();
+        for role in roles {
+            for revision in ["stable", "canary"] {
+                for state in ["updated", "ready"] {
+                    self.role_replicas.remove(&RoleReplicaLabels {
+                        namespace: namespace.into(),
+                        name: name.into(),
+                        role: role.clone(),
+                        revision: revision.into(),
+                        state: state.into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A role's replicas: `(stable updated, stable ready, canary updated, canary ready)`.
+    pub fn role_replicas(&self, namespace: &str, name: &str, role: &str, counts: [i64; 4]) {
+        self.roles_seen
+            .lock()
+            .expect("roles lock")
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default()
+            .insert(role.to_string());
+        let series = [
+            ("stable", "updated"),
+            ("stable", "ready"),
+            ("canary", "updated"),
+            ("canary", "ready"),
+        ];
+        for ((revision, state), value) in series.into_iter().zip(counts) {
+            self.role_replicas
+                .get_or_create(&RoleReplicaLabels {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    role: role.into(),
+                    revision: revision.into(),
+                    state: state.into(),
+                })
+                .set(value);
+        }
+    }
+
+    /// A canary rollout ended (`completed` or `aborted`) after `seconds`.
+    pub fn rollout_finished(&self, outcome: &str, seconds: f64) {
+        self.rollout_duration
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .observe(seconds);
+    }
+
+    /// A pause step ended by a promote after `seconds`.
+    pub fn manual_pause(&self, seconds: f64) {
+        self.manual_pause.observe(seconds);
     }
 
     /// Whether this process runs the controllers.

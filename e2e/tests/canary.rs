@@ -216,6 +216,36 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
         counter_sum(admin, "squall_rollout_step", &[&series, "name=\"llm\""]),
         4.0
     );
+    let decode = [&series[..], "name=\"llm\"", "role=\"decode\""];
+    let replicas = |revision: &str, state: &str| {
+        let revision = format!("revision=\"{revision}\"");
+        let state = format!("state=\"{state}\"");
+        let mut labels = decode.to_vec();
+        labels.extend([&revision[..], &state[..]]);
+        counter_sum(admin, "squall_role_replicas", &labels)
+    };
+    assert_eq!(
+        (replicas("canary", "ready"), replicas("stable", "ready")),
+        (4.0, 0.0)
+    );
+    // This test's promote and completion are among the observations.
+    assert!(unlabelled(admin, "squall_manual_pause_seconds_count") >= 1.0);
+    assert!(
+        counter_sum(
+            admin,
+            "squall_rollout_duration_seconds_count",
+            &["outcome=\"completed\""]
+        ) >= 1.0
+    );
+}
+
+/// The value of a metric series without labels.
+fn unlabelled(admin: std::net::SocketAddr, name: &str) -> f64 {
+    let (_, body) = e2e::operator::http_get(admin, "/metrics").expect("GET /metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -307,6 +337,9 @@ async fn a_pooled_canary_moves_pods_of_the_changed_role_only() {
     })
     .await
     .unwrap();
+    let recorder = Recorder::start(pods.clone()).await;
+    recorder.catch_up(&pods).await;
+    let start = recorder.events().len();
     let prefill_before: Vec<String> = pods
         .list(&Default::default())
         .await
@@ -392,6 +425,28 @@ async fn a_pooled_canary_moves_pods_of_the_changed_role_only() {
     })
     .await
     .unwrap();
+    // Role budgets (maxSurge 0, maxUnavailable 1) at every observed state; decode grew
+    // from 4 to 6 on the way.
+    recorder.catch_up(&pods).await;
+    replay(&recorder.events(), start, |i, state| {
+        for (role, most) in [("decode", 6), ("prefill", 2)] {
+            let present: Vec<&Pod> = state
+                .values()
+                .filter(|p| p.labels()["role-name"] == role)
+                .collect();
+            let ready = present
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && e2e::roles::is_ready(p))
+                .count();
+            assert!(
+                present.len() <= most,
+                "event {i}: {} {role} pods",
+                present.len()
+            );
+            let least = if role == "decode" { 3 } else { 1 };
+            assert!(ready >= least, "event {i}: {ready} Ready {role} pods");
+        }
+    });
 }
 
 #[tokio::test]
@@ -507,6 +562,10 @@ async fn a_promote_sent_while_the_controller_writes_status_is_never_lost() {
         .unwrap(),
     );
     create_ready(&api, ss).await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let recorder = Recorder::start(rolesets.clone()).await;
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
     change_image(&api, "llm", "engine:2").await;
     for gate in [1, 3, 5] {
         wait_for(
@@ -552,6 +611,11 @@ async fn a_promote_sent_while_the_controller_writes_status_is_never_lost() {
     })
     .await
     .unwrap();
+    // The budgets, less the one RoleSet the test itself takes down at each gate.
+    recorder.catch_up(&rolesets).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 2)
+    });
 }
 
 /// The sample with every timed pause shortened to 2 s, without its namespace.
@@ -725,7 +789,15 @@ async fn a_global_pause_stops_the_pause_clock_and_reverting_the_template_rolls_b
     })
     .await
     .unwrap();
-    let (code, status) = squall(&["status", "llm", "-n", ns.name()]);
+    let (code, status) = squall(&[
+        "status",
+        "llm",
+        "-n",
+        ns.name(),
+        "--watch",
+        "--timeout",
+        "2s",
+    ]);
     assert_eq!(code, 0, "{status}");
     assert!(
         status.contains("pause 3s") && status.contains("now"),

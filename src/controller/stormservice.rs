@@ -33,7 +33,9 @@ use crate::api::{
 };
 use crate::controller::render::shorten_keep_prefix;
 use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
-use crate::planner::canary::{CanaryDecision, CanaryInput, Step, step, target, weight_at};
+use crate::planner::canary::{
+    CanaryDecision, CanaryInput, Step, Transition, Trigger, step, target, weight_at,
+};
 use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
 
 /// Expectations of a StormService are kept under one pseudo-role.
@@ -304,6 +306,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     // Transitions are reported once their status is stored.
     for transition in decision.iter().flat_map(|d| &d.transitions) {
         ctx.metrics.step_transition(transition.trigger.as_str());
+        record_durations(transition, &fresh, &revisions, ctx);
         ctx.publish(
             "stormservice",
             service,
@@ -318,6 +321,43 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     }
     truncate_history(service, ctx, &revisions, &rolesets).await?;
     Ok(requeue)
+}
+
+/// Rollout and manual-pause durations, observed when the transitions that end them happen.
+fn record_durations(
+    transition: &Transition,
+    fresh: &StormService,
+    revisions: &Revisions,
+    ctx: &Context,
+) {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let since = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.map(|t| (now - t.0.as_second()).max(0) as f64)
+    };
+    match (transition.reason, transition.trigger) {
+        ("CanaryCompleted" | "CanaryAborted", _) => {
+            // A rollout starts when its revision is written.
+            if let Some(seconds) = since(revisions.update.metadata.creation_timestamp.as_ref()) {
+                let outcome = if transition.reason == "CanaryCompleted" {
+                    "completed"
+                } else {
+                    "aborted"
+                };
+                ctx.metrics.rollout_finished(outcome, seconds);
+            }
+        }
+        ("CanaryResumed", Trigger::User) => {
+            let entered = fresh
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.as_ref())
+                .and_then(|c| c.step_start_time.as_ref());
+            if let Some(seconds) = since(entered) {
+                ctx.metrics.manual_pause(seconds);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The canary part of a pass: its decision and mode.
@@ -1155,6 +1195,19 @@ async fn write_status(
                 entry.updated_ready_replicas += role.updated_ready_replicas;
             }
         }
+    }
+    for role in roles.values() {
+        ctx.metrics.role_replicas(
+            &service.namespace().unwrap_or_default(),
+            &service.name_any(),
+            &role.name,
+            [
+                i64::from(role.replicas - role.updated_replicas),
+                i64::from(role.ready_replicas - role.updated_ready_replicas),
+                i64::from(role.updated_replicas),
+                i64::from(role.updated_ready_replicas),
+            ],
+        );
     }
     let status = StormServiceStatus {
         observed_generation: generation,
