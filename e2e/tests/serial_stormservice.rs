@@ -204,7 +204,15 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
     .await
     .unwrap();
 
-    let all = rolesets.list(&Default::default()).await.unwrap().items;
+    // RoleSets of the rollout may still be terminating: only live ones count.
+    let all: Vec<RoleSet> = rolesets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect();
     assert_eq!(all.len(), 8, "no duplicate RoleSet");
     let indexes: BTreeSet<String> = all
         .iter()

@@ -253,7 +253,15 @@ async fn replica_mode_rolls_within_budgets_rolls_back_and_truncates_history() {
         );
     });
     assert_eq!(seen_new, 4, "every RoleSet was replaced");
-    let after: Vec<RoleSet> = rolesets.list(&Default::default()).await.unwrap().items;
+    // Ready says nothing of RoleSets still terminating: only the live ones are checked.
+    let after: Vec<RoleSet> = rolesets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect();
     let indexes: BTreeSet<String> = after
         .iter()
         .map(|r| r.annotations()["stormservice.orchestration.aibrix.ai/roleset-index"].clone())
