@@ -1,9 +1,9 @@
-//! RoleSet fixtures and pod accessors shared by the RoleSet tests.
+//! RoleSet and StormService fixtures and accessors shared by the e2e tests.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::{Value, json};
-use squall::api::RoleSet;
+use squall::api::{RoleSet, StormService};
 
 /// A RoleSet `name` with `roles` as (name, replicas, upgradeOrder), every role running one
 /// container `engine` with `image`.
@@ -113,4 +113,44 @@ pub fn assert_roleset_budgets(
         ready >= min_ready,
         "event {event}: {ready} Ready RoleSets, at least {min_ready}"
     );
+}
+
+/// A StormService `name` with `replicas` RoleSets, the update `strategy`, and `roles` as
+/// (name, replicas), every role running one container `engine` with `engine:1`.
+pub fn stormservice(
+    name: &str,
+    replicas: i32,
+    strategy: Value,
+    roles: &[(&str, i32)],
+) -> StormService {
+    let roles: Vec<Value> = roles
+        .iter()
+        .map(|(role, n)| {
+            json!({"name": role, "replicas": n,
+            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "updateStrategy": strategy,
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"roles": roles}},
+        }
+    }))
+    .unwrap()
+}
+
+/// The RoleSets of `api` that are not terminating (Ready says nothing of RoleSets a
+/// rollout is still deleting).
+pub async fn live_rolesets(api: &kube::Api<RoleSet>) -> Vec<RoleSet> {
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect()
 }

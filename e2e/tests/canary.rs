@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::operator::{counter_sum, shared_operator_admin, squall_bin};
-use e2e::roles::{assert_roleset_budgets, replay, roleset_ready};
+use e2e::roles::{assert_roleset_budgets, replay, roleset_ready, stormservice};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -20,31 +20,15 @@ const TIMEOUT: Duration = Duration::from_secs(180);
 const PAUSE_SECONDS: u64 = 3;
 
 fn service(name: &str, replicas: i32, roles: &[(&str, i32)]) -> StormService {
-    let roles: Vec<Value> = roles
-        .iter()
-        .map(|(role, n)| {
-            json!({"name": role, "replicas": n,
-            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "updateStrategy": {"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
-                "canary": {"steps": [
-                    {"setWeight": 25},
-                    {"pause": {"duration": format!("{PAUSE_SECONDS}s")}},
-                    {"setWeight": 50},
-                    {"pause": {}},
-                    {"setWeight": 100},
-                ]}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"roles": roles}},
-        }
-    }))
-    .unwrap()
+    let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+    "canary": {"steps": [
+        {"setWeight": 25},
+        {"pause": {"duration": format!("{PAUSE_SECONDS}s")}},
+        {"setWeight": 50},
+        {"pause": {}},
+        {"setWeight": 100},
+    ]}});
+    stormservice(name, replicas, strategy, roles)
 }
 
 fn squall(args: &[&str]) -> (i32, String) {

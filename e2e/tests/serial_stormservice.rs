@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::operator::Operator;
-use e2e::roles::{assert_roleset_budgets, replay, roleset_ready};
+use e2e::roles::{assert_roleset_budgets, live_rolesets, replay, roleset_ready};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -204,15 +204,7 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
     .await
     .unwrap();
 
-    // RoleSets of the rollout may still be terminating: only live ones count.
-    let all: Vec<RoleSet> = rolesets
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .collect();
+    let all = live_rolesets(&rolesets).await;
     assert_eq!(all.len(), 8, "no duplicate RoleSet");
     let indexes: BTreeSet<String> = all
         .iter()

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use e2e::roles::{assert_roleset_budgets, replay, role_of};
+use e2e::roles::{assert_roleset_budgets, live_rolesets, replay, role_of, stormservice};
 use e2e::{Recorder, TestNamespace, apply, client, documents, install_crds, shared_dir, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -33,27 +33,6 @@ fn settled(ss: Option<&StormService>, generation: Option<i64>) -> bool {
         && ss.metadata.generation == Some(at)
         && status.current_revision == status.update_revision
         && ready
-}
-
-fn stormservice(name: &str, replicas: i32, strategy: Value, roles: &[(&str, i32)]) -> StormService {
-    let roles: Vec<Value> = roles
-        .iter()
-        .map(|(role, n)| {
-            json!({"name": role, "replicas": n,
-            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "updateStrategy": strategy,
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"roles": roles}},
-        }
-    }))
-    .unwrap()
 }
 
 async fn patch(api: &Api<StormService>, name: &str, ops: Value) -> StormService {
@@ -253,15 +232,7 @@ async fn replica_mode_rolls_within_budgets_rolls_back_and_truncates_history() {
         );
     });
     assert_eq!(seen_new, 4, "every RoleSet was replaced");
-    // Ready says nothing of RoleSets still terminating: only the live ones are checked.
-    let after: Vec<RoleSet> = rolesets
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .collect();
+    let after = live_rolesets(&rolesets).await;
     let indexes: BTreeSet<String> = after
         .iter()
         .map(|r| r.annotations()["stormservice.orchestration.aibrix.ai/roleset-index"].clone())
