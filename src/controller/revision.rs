@@ -108,6 +108,14 @@ pub fn holds(revision: &ControllerRevision, template: &RoleSetTemplateSpec) -> b
         .is_some_and(|d| canonical_json(&d.0) == canonical_json(&data))
 }
 
+/// The collision count that named `revision`: the status copy of the count can lag behind
+/// (a status write lost to a conflict), and it must never go back below a count in use.
+pub fn collision_count_of(revision: &ControllerRevision) -> Option<u32> {
+    let data = &revision.data.as_ref()?.0;
+    let name = revision.name_any();
+    (0..MAX_COLLISIONS).find(|&count| name.ends_with(&format!("-{}", revision_hash(data, count))))
+}
+
 /// The StormService template a revision holds (without role replicas).
 pub fn template_of(revision: &ControllerRevision) -> Result<RoleSetTemplateSpec, RevisionError> {
     let name = revision.name_any();
@@ -243,6 +251,29 @@ mod tests {
         assert_ne!(hash, revision_hash(&data, 1));
         // Golden: a change here renames every revision (a breaking change).
         assert_eq!(hash, "fvvdj6");
+    }
+
+    #[test]
+    fn the_collision_count_reads_back_from_the_revision_name() {
+        let data = revision_data(&template(1, "v1"));
+        let named = |count| ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(revision_name("llm", &revision_hash(&data, count))),
+                ..ObjectMeta::default()
+            },
+            data: Some(RawExtension(data.clone())),
+            revision: 1,
+        };
+        assert_eq!(collision_count_of(&named(0)), Some(0));
+        assert_eq!(collision_count_of(&named(3)), Some(3));
+        let renamed = ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some("llm-zzzzzz".into()),
+                ..ObjectMeta::default()
+            },
+            ..named(0)
+        };
+        assert_eq!(collision_count_of(&renamed), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::render::template_hash;
-use super::revision::{holds, template_of, write_revision};
+use super::revision::{collision_count_of, holds, template_of, write_revision};
 use super::{
     Context, Error, PendingCreate, condition, delete_child, keep_transition_times, owned_children,
 };
@@ -825,6 +825,9 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
             created
         }
     };
+    if let Some(used) = collision_count_of(&update) {
+        collision_count = collision_count.max(used);
+    }
     let current = status
         .current_revision
         .as_ref()
