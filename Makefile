@@ -1,5 +1,5 @@
 # The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
-.PHONY: run test tools crds cluster-up cluster-down lint fuzz bench
+.PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench
 
 run:            ## local control plane + CRDs + samples (the operator once it exists)
 	hack/run.sh
@@ -12,6 +12,9 @@ tools:          ## build the control-plane binaries and helm into ~/.cache/squal
 
 crds:           ## regenerate manifests/crds and the chart's CRD templates
 	UPDATE_CRDS=1 cargo test --test crd_drift
+
+manifests:      ## regenerate manifests/install.yaml from the chart
+	UPDATE_MANIFESTS=1 cargo test -p e2e --test chart the_install_manifest_is_the_rendered_chart
 
 cluster-up:
 	e2e/cluster.sh up

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# The operator the ordinary e2e tests share: `squall run --local` against the local control
-# plane, on free loopback ports, registering its webhooks as `squall`.
+# The operator the ordinary e2e tests share, installed the way cluster admins install it:
+# `helm install --wait` of charts/squall (its pods are kwok pods) with `webhook.url`
+# pointing the webhook configurations at 127.0.0.1, then one squall process on loopback
+# that runs with exactly the container args and env of the installed Deployment, under the
+# chart ServiceAccount's token (a TokenRequest bound to one of the chart's pods), as the
+# image's non-root user with an unwritable working directory and HOME. Every ordinary e2e
+# test passing against it proves the chart's RBAC is enough (SPEC §8, §9).
 #
 # Usage: e2e/operator.sh start|stop
-#   start  start it (PID in $SQUALL_CLUSTER_DIR/squall.pid, log in logs/squall.log, admin
-#          address in operator.env), wait for /readyz, print `export SQUALL_ADMIN_ADDR=...`
-#   stop   SIGTERM it by PID and remove its webhook configurations
+#   start  install the chart, start the process (PID in $SQUALL_CLUSTER_DIR/squall.pid, log
+#          in logs/squall.log, admin address in operator.env), wait for /readyz, print
+#          `export SQUALL_ADMIN_ADDR=...`
+#   stop   SIGTERM the process by PID, uninstall the release
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,6 +21,11 @@ export PATH="$SQUALL_TOOLS_BIN:$PATH"
 W=${SQUALL_CLUSTER_DIR:-$ROOT/target/e2e-cluster}
 BIN=${SQUALL_BIN:-$ROOT/target/debug/squall}
 export KUBECONFIG=$W/kubeconfig
+RELEASE=squall
+NAMESPACE=squall-system
+# The image's user (Dockerfile, chart securityContext).
+RUN_AS=65532
+SA_DIR=$W/operator-sa
 
 running_pid() {
   [[ -f $W/squall.pid ]] || return 1
@@ -22,6 +33,59 @@ running_pid() {
   pid=$(<"$W/squall.pid")
   [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F "$BIN run" >/dev/null || return 1
   echo "$pid"
+}
+
+# The process's command line and environment from the installed Deployment, one NUL-ended
+# item each: args first, then a `--` line, then NAME=VALUE pairs with fieldRefs resolved
+# from the given pod.
+rendered_command() { # pod
+  local pod_json
+  pod_json=$(kubectl get pod -n "$NAMESPACE" "$1" -o json)
+  helm get manifest "$RELEASE" -n "$NAMESPACE" | POD_JSON=$pod_json python3 -c '
+import json, os, sys, yaml
+pod = json.loads(os.environ["POD_JSON"])
+deployments = [d for d in yaml.safe_load_all(sys.stdin) if d and d.get("kind") == "Deployment"]
+assert len(deployments) == 1, f"expected one Deployment in the release, found {len(deployments)}"
+container = deployments[0]["spec"]["template"]["spec"]["containers"][0]
+out = list(container["args"]) + ["--"]
+for env in container.get("env", []):
+    if "value" in env:
+        value = env["value"]
+    else:
+        path = env["valueFrom"]["fieldRef"]["fieldPath"]
+        value = {"metadata.name": pod["metadata"]["name"],
+                 "metadata.namespace": pod["metadata"]["namespace"]}[path]
+    out.append(env["name"] + "=" + value)
+sys.stdout.write("".join(item + "\0" for item in out))
+'
+}
+
+# A kubeconfig with the ServiceAccount's token, bound to the pod, readable by RUN_AS only.
+service_account_kubeconfig() { # pod
+  local token server ca
+  token=$(kubectl create token "$RELEASE" -n "$NAMESPACE" --duration=24h \
+    --bound-object-kind=Pod --bound-object-name="$1")
+  server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  rm -rf "$SA_DIR" && mkdir -p "$SA_DIR/home"
+  cat >"$SA_DIR/kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "$server", certificate-authority-data: "$ca"}
+users:
+- name: $RELEASE
+  user: {token: "$token"}
+contexts:
+- name: local
+  context: {cluster: local, user: $RELEASE, namespace: $NAMESPACE}
+current-context: local
+KUBECONFIG
+  chown "$RUN_AS:$RUN_AS" "$SA_DIR/kubeconfig"
+  chmod 0400 "$SA_DIR/kubeconfig"
+  # HOME and the working directory: owned by root, not writable by RUN_AS.
+  chmod 0555 "$SA_DIR/home"
 }
 
 start() {
@@ -32,9 +96,30 @@ s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*(x.getsockname()[1] for x in s))')
   mkdir -p "$W/logs"
-  RUST_LOG=${RUST_LOG:-info} "$BIN" run --local --log-format plain --release squall \
-    --webhook-bind "127.0.0.1:$WEBHOOK_PORT" --admin-bind "127.0.0.1:$ADMIN_PORT" \
-    --cert-dir "$W/operator-certs" >"$W/logs/squall.log" 2>&1 &
+  # CRDs come from manifests/crds (the tests apply them); the chart's CRD templates are
+  # exercised by e2e/tests/serial_chart.rs.
+  helm upgrade --install "$RELEASE" "$ROOT/charts/squall" --namespace "$NAMESPACE" --create-namespace \
+    --set crds.install=false --set bindAddress=127.0.0.1 \
+    --set webhook.port="$WEBHOOK_PORT" --set admin.port="$ADMIN_PORT" \
+    --set webhook.url="https://127.0.0.1:$WEBHOOK_PORT" --set logging.format=plain \
+    --wait --timeout 120s >"$W/logs/helm-install.log" 2>&1 \
+    || { echo "operator: helm install failed:" >&2; cat "$W/logs/helm-install.log" >&2; exit 1; }
+  local pod
+  pod=$(kubectl get pods -n "$NAMESPACE" -l "app.kubernetes.io/instance=$RELEASE" \
+    --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}')
+  service_account_kubeconfig "$pod"
+  rendered_command "$pod" >"$SA_DIR/command"
+  local -a args=() env=()
+  local item seen_separator=0
+  while IFS= read -r -d '' item; do
+    if [[ $item == -- ]]; then seen_separator=1
+    elif ((seen_separator)); then env+=("$item")
+    else args+=("$item"); fi
+  done <"$SA_DIR/command"
+  echo "operator: as pod $pod: squall ${args[*]} (env: ${env[*]})" >"$W/logs/squall.log"
+  (cd "$SA_DIR/home" && exec setpriv --reuid="$RUN_AS" --regid="$RUN_AS" --clear-groups \
+    env -i PATH=/usr/bin:/bin HOME="$SA_DIR/home" KUBECONFIG="$SA_DIR/kubeconfig" "${env[@]}" \
+    "$BIN" "${args[@]}") >>"$W/logs/squall.log" 2>&1 &
   echo $! >"$W/squall.pid"
   local deadline=$((SECONDS + 60))
   until curl -fsS "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1; do
@@ -46,7 +131,7 @@ print(*(x.getsockname()[1] for x in s))')
     sleep 0.2
   done
   echo "SQUALL_ADMIN_ADDR=127.0.0.1:$ADMIN_PORT" >"$W/operator.env"
-  echo "operator: ready (webhooks https://127.0.0.1:$WEBHOOK_PORT, admin http://127.0.0.1:$ADMIN_PORT)" >&2
+  echo "operator: ready (chart release $NAMESPACE/$RELEASE, webhooks https://127.0.0.1:$WEBHOOK_PORT, admin http://127.0.0.1:$ADMIN_PORT)" >&2
   echo "export SQUALL_ADMIN_ADDR=127.0.0.1:$ADMIN_PORT"
 }
 
@@ -59,7 +144,9 @@ stop() {
     echo "operator: stopped" >&2
   fi
   rm -f "$W/squall.pid" "$W/operator.env"
-  kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration squall --ignore-not-found >/dev/null 2>&1 || true
+  rm -rf "$SA_DIR"
+  # The webhook configurations go with the release: a stopped operator must not block applies.
+  helm uninstall "$RELEASE" -n "$NAMESPACE" --wait --timeout 60s >/dev/null 2>&1 || true
 }
 
 case "${1:-}" in

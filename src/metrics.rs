@@ -53,6 +53,17 @@ struct TriggerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
     webhook: String,
 }
@@ -74,6 +85,8 @@ pub struct Metrics {
     admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     cert_expiry: Gauge,
     api_writes: Family<WriteLabels, Counter>,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
     step_transitions: Family<TriggerLabels, Counter>,
     rollout_step: Family<ObjectLabels, Gauge>,
@@ -161,8 +174,25 @@ impl Default for Metrics {
             "API writes made by the controllers, by controller, verb and resource",
             api_writes.clone(),
         );
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "squall_reconciles",
+            "Reconciles by controller and outcome (ok, waiting for the cache, error)",
+            reconciles.clone(),
+        );
+        let reconcile_duration =
+            Family::<ControllerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "squall_reconcile_duration_seconds",
+            "Time one reconcile took, by controller",
+            reconcile_duration.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
+            reconciles,
+            reconcile_duration,
             admission_requests,
             admission_duration,
             cert_expiry,
@@ -193,6 +223,21 @@ impl Metrics {
         self.admission_duration
             .get_or_create(&WebhookLabels {
                 webhook: hook.name().into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one reconcile: `outcome` is `ok`, `waiting` or `error`.
+    pub fn reconciled(&self, controller: &str, outcome: &str, took: Duration) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: controller.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
             })
             .observe(took.as_secs_f64());
     }

@@ -1,6 +1,7 @@
 //! The `squall` command line (SPEC §6). Each subcommand returns its process exit code.
 
 mod canary;
+mod cleanup;
 mod lint;
 mod run;
 
@@ -33,6 +34,10 @@ enum Command {
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<PathBuf>,
     },
+    /// Remove squall's finalizers, for uninstalls where the operator is gone.
+    ///
+    /// Exit code: 0 when every finalizer was removed, 1 otherwise.
+    Cleanup(cleanup::CleanupArgs),
     /// Canary rollouts: status, promote, abort, retry, pause, resume.
     #[command(flatten)]
     Canary(canary::CanaryCommand),
@@ -48,6 +53,7 @@ impl Cli {
             }
             Command::Lint { files } => lint::run(&files),
             Command::Canary(command) => canary::run(command),
+            Command::Cleanup(args) => cleanup::run(&args),
             Command::Run(args) => match run::run(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -87,6 +87,13 @@ pub struct RunArgs {
     /// How long a Lease holds without renewal before another replica takes over.
     #[arg(long, env = "SQUALL_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
+    /// Namespaces the controllers serve (comma-separated); empty: every namespace.
+    #[arg(long, env = "SQUALL_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Set SO_REUSEPORT on the webhook socket, so several processes on one host can serve
+    /// webhooks on the same port (the kernel spreads connections among them).
+    #[arg(long, env = "SQUALL_REUSE_PORT")]
+    reuse_port: bool,
     /// Log format.
     #[arg(long, env = "SQUALL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -135,6 +142,7 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
@@ -149,8 +157,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let api_server_loopback = is_loopback_host(config.cluster_url.host());
     let client = kube::Client::try_from(config).context("building the API client")?;
 
-    let webhook_listener = TcpListener::bind(args.webhook_bind)
-        .await
+    let webhook_listener = bind_webhook(args.webhook_bind, args.reuse_port)
         .with_context(|| format!("binding the webhook server to {}", args.webhook_bind))?;
     let webhook_addr = webhook_listener.local_addr()?;
     let admin_listener = TcpListener::bind(args.admin_bind)
@@ -281,6 +288,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     });
     let controllers = args.controllers.then(|| {
         let client = client.clone();
+        let namespaces = args.namespaces.clone();
         let metrics = metrics.clone();
         let stop = shutdown_rx.clone();
         tokio::spawn(async move {
@@ -289,7 +297,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
-            if let Err(error) = run_controllers(client, metrics, election, stop).await {
+            if let Err(error) = run_controllers(client, metrics, &namespaces, election, stop).await
+            {
                 tracing::error!(%error, "controllers stopped");
                 std::process::exit(1);
             }
@@ -314,6 +323,21 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The webhook listener, with SO_REUSEPORT when asked for.
+fn bind_webhook(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
 /// Where the controllers' Lease lives.
 struct Election {
     lease: String,
@@ -327,13 +351,14 @@ struct Election {
 async fn run_controllers(
     client: kube::Client,
     metrics: Arc<Metrics>,
+    namespaces: &[String],
     election: Option<Election>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let Some(election) = election else {
         tracing::info!("starting controllers (no leader election)");
         metrics.set_leader(true);
-        crate::controller::run(client, metrics, async move {
+        crate::controller::run(client, metrics, namespaces, async move {
             let _ = stop.changed().await;
         })
         .await;
@@ -375,7 +400,7 @@ async fn run_controllers(
             () = lost => { let _ = lost_tx.send(()); }
         }
     };
-    crate::controller::run(client, metrics.clone(), shutdown).await;
+    crate::controller::run(client, metrics.clone(), namespaces, shutdown).await;
     metrics.set_leader(false);
     // Dropping the receiver releases the Lease for the next replica.
     drop(leader);

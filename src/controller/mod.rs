@@ -208,6 +208,24 @@ impl Context {
     }
 }
 
+/// Runs one reconcile, recording its outcome and duration.
+async fn measured(
+    controller: &'static str,
+    ctx: Arc<Context>,
+    reconcile: impl std::future::Future<Output = Result<Action, Error>>,
+) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile.await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(Error::Waiting(_)) => "waiting",
+        Err(_) => "error",
+    };
+    ctx.metrics
+        .reconciled(controller, outcome, started.elapsed());
+    result
+}
+
 fn error_policy<K: ResourceExt>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     match error {
         Error::Waiting(_) => Action::requeue(Duration::from_secs(2)),
@@ -315,53 +333,104 @@ where
     }
 }
 
-/// Runs the StormService, RoleSet and PodSet controllers until `shutdown` resolves.
+/// Runs the StormService, RoleSet and PodSet controllers until `shutdown` resolves: over every
+/// namespace when `namespaces` is empty, else one set per listed namespace (so a namespaced
+/// install needs only Roles in those namespaces).
 pub async fn run(
     client: Client,
     metrics: Arc<Metrics>,
+    namespaces: &[String],
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ctx = Arc::new(Context::new(client.clone(), metrics));
     let shutdown = futures::FutureExt::shared(shutdown);
+    let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().map(|ns| Some(ns.as_str())).collect()
+    };
+    futures::future::join_all(
+        scopes
+            .into_iter()
+            .map(|namespace| run_scope(&client, namespace, ctx.clone(), shutdown.clone())),
+    )
+    .await;
+}
+
+/// An API over one namespace, or over all of them.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+async fn run_scope(
+    client: &Client,
+    namespace: Option<&str>,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
+) {
     let by_roleset = || watcher::Config::default().labels(LABEL_ROLESET_NAME);
     let rolesets = Controller::new(
-        Api::<RoleSet>::all(client.clone()),
+        scoped::<RoleSet>(client, namespace),
         watcher::Config::default(),
     )
-    .owns(Api::<Pod>::all(client.clone()), by_roleset())
-    .owns(Api::<PodSet>::all(client.clone()), by_roleset())
+    .owns(scoped::<Pod>(client, namespace), by_roleset())
+    .owns(scoped::<PodSet>(client, namespace), by_roleset())
     .graceful_shutdown_on(shutdown.clone())
-    .run(roleset::reconcile, error_policy, ctx.clone())
+    .run(
+        |roleset, ctx| measured("roleset", ctx.clone(), roleset::reconcile(roleset, ctx)),
+        error_policy,
+        ctx.clone(),
+    )
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!(%error, "roleset controller event");
         }
     });
     let podsets = Controller::new(
-        Api::<PodSet>::all(client.clone()),
+        scoped::<PodSet>(client, namespace),
         watcher::Config::default(),
     )
     .owns(
-        Api::<Pod>::all(client.clone()),
+        scoped::<Pod>(client, namespace),
         watcher::Config::default().labels(LABEL_PODSET_NAME),
     )
     .graceful_shutdown_on(shutdown.clone())
-    .run(podset::reconcile, error_policy, ctx.clone())
+    .run(
+        |podset, ctx| measured("podset", ctx.clone(), podset::reconcile(podset, ctx)),
+        error_policy,
+        ctx.clone(),
+    )
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!(%error, "podset controller event");
         }
     });
     let stormservices = Controller::new(
-        Api::<StormService>::all(client.clone()),
+        scoped::<StormService>(client, namespace),
         watcher::Config::default(),
     )
     .owns(
-        Api::<RoleSet>::all(client),
+        scoped::<RoleSet>(client, namespace),
         watcher::Config::default().labels(LABEL_STORM_SERVICE_NAME),
     )
     .graceful_shutdown_on(shutdown)
-    .run(stormservice::reconcile, error_policy, ctx)
+    .run(
+        |service, ctx| {
+            measured(
+                "stormservice",
+                ctx.clone(),
+                stormservice::reconcile(service, ctx),
+            )
+        },
+        error_policy,
+        ctx,
+    )
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!(%error, "stormservice controller event");
