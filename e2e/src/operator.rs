@@ -59,7 +59,8 @@ pub struct Operator {
     pid_file: PathBuf,
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
@@ -123,7 +124,14 @@ impl Operator {
         std::fs::create_dir_all(dir.join("logs")).expect("cluster logs folder");
         let cert_dir = dir.join(format!("operator-{release}-certs"));
         let _ = std::fs::remove_dir_all(&cert_dir);
-        let webhook_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        // A caller may choose the webhook address (`--webhook-bind=ADDR`, e.g. one port
+        // shared by replicas with `--reuse-port`).
+        let chosen = extra
+            .iter()
+            .find_map(|a| a.strip_prefix("--webhook-bind="))
+            .map(|a| a.parse::<SocketAddr>().expect("--webhook-bind=ADDR"));
+        let webhook_addr =
+            chosen.unwrap_or_else(|| format!("127.0.0.1:{}", free_port()).parse().unwrap());
         let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = std::fs::File::create(dir.join(format!("logs/squall-{release}.log")))
             .expect("operator log");
@@ -139,7 +147,9 @@ impl Operator {
         if mode == "--local" {
             args.extend(["--release".to_string(), release.to_string()]);
         }
-        args.extend(["--webhook-bind".into(), webhook_addr.to_string()]);
+        if chosen.is_none() {
+            args.extend(["--webhook-bind".into(), webhook_addr.to_string()]);
+        }
         args.extend(["--admin-bind".into(), admin_addr.to_string()]);
         if mode == "--local" && !extra.contains(&"--cert-dir") {
             args.extend(["--cert-dir".into(), cert_dir.display().to_string()]);
@@ -195,6 +205,12 @@ impl Operator {
             "operator {} not ready after {timeout:?}: last /readyz: {last}",
             self.release
         );
+    }
+
+    /// Its log file.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(cluster_dir().join(format!("logs/squall-{}.log", self.release)))
+            .unwrap_or_default()
     }
 
     /// The operator's PID.
