@@ -41,10 +41,18 @@ running_pid() {
 rendered_command() { # pod
   local pod_json
   pod_json=$(kubectl get pod -n "$NAMESPACE" "$1" -o json)
-  helm get manifest "$RELEASE" -n "$NAMESPACE" | POD_JSON=$pod_json python3 -c '
-import json, os, sys, yaml
+  # kubectl turns the release's YAML into JSON (no YAML module needed in Python).
+  helm get manifest "$RELEASE" -n "$NAMESPACE" | kubectl create --dry-run=client -o json -f - \
+    | POD_JSON=$pod_json python3 -c '
+import json, os, sys
 pod = json.loads(os.environ["POD_JSON"])
-deployments = [d for d in yaml.safe_load_all(sys.stdin) if d and d.get("kind") == "Deployment"]
+text, objects, at = sys.stdin.read(), [], 0
+decoder = json.JSONDecoder()
+while text[at:].strip():
+    obj, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    objects.append(obj)
+    at = end
+deployments = [d for d in objects if d.get("kind") == "Deployment"]
 assert len(deployments) == 1, f"expected one Deployment in the release, found {len(deployments)}"
 container = deployments[0]["spec"]["template"]["spec"]["containers"][0]
 out = list(container["args"]) + ["--"]
