@@ -12,16 +12,20 @@ pub fn chart_dir() -> PathBuf {
     workspace_root().join("charts/squall")
 }
 
-/// The helm binary: `SQUALL_HELM`, else the one `hack/build-tools.sh` built.
+/// The helm binary: `SQUALL_HELM`, else the one `hack/build-tools.sh` built, else `helm` on
+/// `PATH` (kind runs).
 pub fn helm_path() -> PathBuf {
     if let Some(path) = std::env::var_os("SQUALL_HELM") {
         return path.into();
     }
-    let out = Command::new(workspace_root().join("hack/build-tools.sh"))
+    Command::new(workspace_root().join("hack/build-tools.sh"))
         .arg("--print-bin")
         .output()
-        .expect("hack/build-tools.sh --print-bin runs");
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("helm")
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("helm"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| "helm".into())
 }
 
 /// Output of a helm run.

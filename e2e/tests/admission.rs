@@ -60,6 +60,7 @@ fn fixture_object(path: &Path) -> Value {
     doc
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[tokio::test]
 #[ignore = "needs the local control plane and the shared operator (make test)"]
 async fn webhook_defaults_are_stored_and_idempotent() {
@@ -127,6 +128,7 @@ async fn webhook_defaults_are_stored_and_idempotent() {
     assert!(patch.0.is_empty(), "non-empty patch on replay: {patch:?}");
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[tokio::test]
 #[ignore = "needs the local control plane and the shared operator (make test)"]
 async fn every_webhook_rule_is_enforced_at_apply_time() {

@@ -148,6 +148,7 @@ fn hardened(docs: &[Value]) {
     }
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn the_default_install_is_hardened_least_privileged_and_highly_available() {
     let out = lint(&[]);
@@ -212,6 +213,7 @@ fn the_default_install_is_hardened_least_privileged_and_highly_available() {
     );
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn a_namespace_list_scopes_rbac_watches_and_webhooks() {
     let values = ["namespaces={team-a,team-b}"];
@@ -238,6 +240,7 @@ fn a_namespace_list_scopes_rbac_watches_and_webhooks() {
     }
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn a_url_points_every_webhook_outside_the_cluster_and_names_its_host_in_the_certificate() {
     let values = ["webhook.url=https://127.0.0.1:9443"];
@@ -255,6 +258,7 @@ fn a_url_points_every_webhook_outside_the_cluster_and_names_its_host_in_the_cert
 /// The chart's webhooks and the ones `squall run --local` registers are the same webhooks
 /// (names, paths, rules, policies, the operator's exclusion) — one drifting from the other
 /// would make the chart-installed webhooks behave differently from the tested ones.
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn the_chart_webhooks_match_the_registered_ones() {
     let docs = template(&["webhook.url=https://127.0.0.1:9443"]).unwrap();
@@ -283,6 +287,7 @@ fn the_chart_webhooks_match_the_registered_ones() {
     }
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn external_certificates_come_from_cert_manager() {
     let values = [
@@ -340,6 +345,7 @@ fn external_certificates_come_from_cert_manager() {
     );
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn optional_parts_switch_on_and_off() {
     type Check = fn(&[Value]);
@@ -406,6 +412,7 @@ fn optional_parts_switch_on_and_off() {
     }
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn bad_values_are_refused_naming_the_field() {
     for (value, field) in [
@@ -431,6 +438,7 @@ fn bad_values_are_refused_naming_the_field() {
 
 /// `manifests/install.yaml` is the chart rendered with its defaults, behind a Namespace, for
 /// `kubectl apply` users. `UPDATE_MANIFESTS=1` regenerates it.
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 fn the_install_manifest_is_the_rendered_chart() {
     let e2e::helm::HelmOutput {
@@ -458,5 +466,32 @@ fn the_install_manifest_is_the_rendered_chart() {
     assert!(
         current == expected,
         "manifests/install.yaml is stale: run `make manifests`"
+    );
+}
+
+/// Versioning (README "Versioning"): the image tag defaults to the chart's appVersion, which
+/// is the crate's version, and the CHANGELOG has a section for it.
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
+#[test]
+fn app_version_image_tag_and_changelog_follow_the_crate_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let chart = std::fs::read_to_string(e2e::helm::chart_dir().join("Chart.yaml")).unwrap();
+    assert!(
+        chart
+            .lines()
+            .any(|l| l == format!("appVersion: \"{version}\"")),
+        "Chart.yaml appVersion is {version}"
+    );
+    let docs = template(&[]).unwrap();
+    assert_eq!(
+        container(&docs)["image"],
+        format!("ghcr.io/squall-operator/squall:{version}")
+    );
+    let changelog = std::fs::read_to_string(workspace_root().join("CHANGELOG.md")).unwrap();
+    assert!(
+        changelog
+            .lines()
+            .any(|l| l.starts_with(&format!("## [{version}]"))),
+        "CHANGELOG.md has a section for {version}"
     );
 }

@@ -37,6 +37,7 @@ fn test_pod(name: &str, annotations: serde_json::Value) -> Pod {
     .unwrap()
 }
 
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[tokio::test]
 #[ignore = "needs the local control plane (make test)"]
 async fn crds_and_every_sample_pass_strict_server_side_dry_run() {
