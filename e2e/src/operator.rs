@@ -218,6 +218,21 @@ impl Operator {
         self.child.id()
     }
 
+    /// Waits up to `timeout` for the process to exit by itself; its exit status, or `None`
+    /// while it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("operator status") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGKILL: the operator dies without any shutdown step (its configurations are then
     /// removed as on every drop).
     pub fn kill(mut self) {

@@ -281,3 +281,74 @@ async fn replicas_share_a_webhook_port_one_reconciles_and_a_standby_completes_a_
     assert!(replicas[0].log().contains("leading: starting controllers"));
     assert!(counter_sum(replicas[0].admin_addr, "squall_api_writes_total", &[]) > 0.0);
 }
+
+/// A leader whose Lease is taken away (another holder renewed it) stops its controllers and
+/// exits non-zero, so its restart campaigns again: two processes never reconcile at once.
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_leader_that_loses_its_lease_stops_its_controllers_and_exits() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "lost-lease").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let duration = format!("{LEASE_SECONDS}s");
+    let mut leader = Operator::start_replica(
+        RELEASE,
+        ns.name(),
+        0,
+        "none",
+        &[
+            "--controllers=true",
+            "--leader-elect=true",
+            "--lease-duration",
+            &duration,
+        ],
+    );
+    let identity = format!("squall-{}", leader.pid());
+    wait_for(
+        &leases,
+        LEASE,
+        "the replica holding the Lease",
+        TIMEOUT,
+        |l| holder(l).as_deref() == Some(identity.as_str()),
+    )
+    .await
+    .unwrap();
+    // The gauge follows the Lease once the controllers start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !leading(&leader) {
+        assert!(
+            Instant::now() < deadline,
+            "squall_leader is not 1 10 s after taking the Lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Another candidate takes the Lease over, as after a partition that outlived it.
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    leases
+        .patch(
+            LEASE,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"holderIdentity": "intruder", "renewTime": now,
+                "acquireTime": now, "leaseDurationSeconds": 60}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let status = leader
+        .wait_exit(Duration::from_secs(30))
+        .expect("the replica exits after losing its Lease");
+    assert!(!status.success(), "a lost Lease is an error exit: {status}");
+    let log = leader.log();
+    assert!(log.contains("lost the Lease"), "the log says why:\n{log}");
+    let lease = leases.get(LEASE).await.unwrap();
+    assert_eq!(
+        holder(Some(&lease)).as_deref(),
+        Some("intruder"),
+        "the Lease is left to its holder"
+    );
+}
