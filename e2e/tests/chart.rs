@@ -150,6 +150,7 @@ fn hardened(docs: &[Value]) {
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn the_default_install_is_hardened_least_privileged_and_highly_available() {
     let out = lint(&[]);
     assert!(
@@ -215,6 +216,7 @@ fn the_default_install_is_hardened_least_privileged_and_highly_available() {
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn a_namespace_list_scopes_rbac_watches_and_webhooks() {
     let values = ["namespaces={team-a,team-b}"];
     assert!(lint(&values).success);
@@ -242,6 +244,7 @@ fn a_namespace_list_scopes_rbac_watches_and_webhooks() {
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn a_url_points_every_webhook_outside_the_cluster_and_names_its_host_in_the_certificate() {
     let values = ["webhook.url=https://127.0.0.1:9443"];
     assert!(lint(&values).success);
@@ -260,6 +263,7 @@ fn a_url_points_every_webhook_outside_the_cluster_and_names_its_host_in_the_cert
 /// would make the chart-installed webhooks behave differently from the tested ones.
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn the_chart_webhooks_match_the_registered_ones() {
     let docs = template(&["webhook.url=https://127.0.0.1:9443"]).unwrap();
     let (mutating, validating) = configurations(&Registration {
@@ -289,6 +293,7 @@ fn the_chart_webhooks_match_the_registered_ones() {
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn external_certificates_come_from_cert_manager() {
     let values = [
         "certificates.mode=external",
@@ -347,6 +352,7 @@ fn external_certificates_come_from_cert_manager() {
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn optional_parts_switch_on_and_off() {
     type Check = fn(&[Value]);
     let table: [(&[&str], Check); 6] = [
@@ -414,6 +420,7 @@ fn optional_parts_switch_on_and_off() {
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn bad_values_are_refused_naming_the_field() {
     for (value, field) in [
         ("webhook.failurePolicy=Sometimes", "/webhook/failurePolicy"),
@@ -440,6 +447,7 @@ fn bad_values_are_refused_naming_the_field() {
 /// `kubectl apply` users. `UPDATE_MANIFESTS=1` regenerates it.
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn the_install_manifest_is_the_rendered_chart() {
     let e2e::helm::HelmOutput {
         success,
@@ -473,6 +481,7 @@ fn the_install_manifest_is_the_rendered_chart() {
 /// is the crate's version, and the CHANGELOG has a section for it.
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn app_version_image_tag_and_changelog_follow_the_crate_version() {
     let version = env!("CARGO_PKG_VERSION");
     let chart = std::fs::read_to_string(e2e::helm::chart_dir().join("Chart.yaml")).unwrap();
