@@ -4,9 +4,9 @@
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
@@ -50,8 +50,12 @@ where
         let sink = events.clone();
         let task = tokio::spawn(async move {
             let mut synced = Some(synced_tx);
-            let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
-            while let Ok(Some(event)) = stream.try_next().await {
+            // With backoff, the recording outlives an API server restart: the watch re-lists
+            // and goes on (the re-list is recorded as states like any other).
+            let mut stream =
+                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
                 let observed = match event {
                     watcher::Event::Apply(o) | watcher::Event::InitApply(o) => Observed::Applied(o),
                     watcher::Event::Delete(o) => Observed::Deleted(o),
@@ -112,6 +116,15 @@ where
         tokio::time::timeout(std::time::Duration::from_secs(30), caught_up)
             .await
             .expect("the recorder observed the listed state within 30 s");
+    }
+
+    /// Waits until at least `count` events are recorded (`timeout` at most).
+    pub async fn wait_for_count(&self, count: usize, timeout: std::time::Duration) {
+        let mut recorded = self.recorded.clone();
+        tokio::time::timeout(timeout, recorded.wait_for(|n| *n >= count))
+            .await
+            .unwrap_or_else(|_| panic!("fewer than {count} recorded events after {timeout:?}"))
+            .expect("the recorder's watch ended");
     }
 
     /// Everything observed so far, in order.

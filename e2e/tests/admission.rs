@@ -2,27 +2,11 @@
 //! (`e2e/operator.sh start`): defaults are stored, every webhook rule of SPEC §4.2 denies
 //! with the webhook's name and the field path, warnings reach kubectl.
 
-use std::path::{Path, PathBuf};
-
-use e2e::{TestNamespace, client, documents, install_crds, kubectl, workspace_root};
+use e2e::fixtures::{SCHEMA_ENFORCED, fixture_object, header, invalid_fixtures as fixtures};
+use e2e::{TestNamespace, client, install_crds, kubectl};
 use kube::api::Api;
-use serde_json::{Value, json};
+use serde_json::json;
 use squall::api::StormService;
-
-/// Fixtures whose violation the CRD schema already rejects (before the validating webhook
-/// runs): enums, bounds, `maxProperties`, list-map key uniqueness, and the scale
-/// subresource's non-negative `spec.replicas`.
-const SCHEMA_ENFORCED: &[&str] = &[
-    "rule07-negative-replicas.yaml",
-    "rule06-role-name-duplicate.yaml",
-    "rule07-negative-upgrade-order.yaml",
-    "rule07-pod-group-size.yaml",
-    "rule09-two-schedulers.yaml",
-    "rule09-unknown-role-strategy.yaml",
-    "rule09-unknown-roleset-strategy.yaml",
-    "rule09-unknown-stormservice-strategy.yaml",
-    "rule10-weight-out-of-range.yaml",
-];
 
 fn require_shared_operator() {
     let out = kubectl(&["get", "validatingwebhookconfiguration", "squall"], None);
@@ -31,33 +15,6 @@ fn require_shared_operator() {
         "the shared operator's webhooks are not registered (run `e2e/operator.sh start`): {}",
         out.stderr
     );
-}
-
-fn fixtures() -> Vec<PathBuf> {
-    let dir = workspace_root().join("tests/fixtures/invalid");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
-fn header(path: &Path, prefix: &str) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.strip_prefix(prefix))
-        .map(|s| s.trim().to_string())
-        .collect()
-}
-
-/// The fixture's object without its namespace, as JSON for `kubectl apply -n NS -f -`.
-fn fixture_object(path: &Path) -> Value {
-    let mut doc = documents(path).remove(0);
-    doc["metadata"].as_object_mut().unwrap().remove("namespace");
-    doc
 }
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
