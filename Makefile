@@ -1,5 +1,5 @@
 # The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
-.PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench
+.PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench soak
 
 run:            ## local control plane + CRDs + samples (the operator once it exists)
 	hack/run.sh
@@ -25,8 +25,11 @@ cluster-down:
 lint:           ## squall lint on the bundled samples
 	cargo run --quiet --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
 
-fuzz:           ## fuzz the admission review handler (FUZZ_SECONDS, default 300)
+fuzz:           ## fuzz the admission review handler (FUZZ_SECONDS, default 600)
 	hack/fuzz.sh
 
-bench:          ## admission benchmark: mutate / validate vs a no-op handler over TLS
-	cargo bench --bench admission
+bench:          ## every benchmark (admission, planner, controller at 1,600 pods); regenerates the README table
+	hack/bench.sh
+
+soak:           ## the fault tests three times in a row (not in CI)
+	hack/soak.sh

@@ -174,6 +174,9 @@ async fn main() {
         "{:<10} {:>5} {:>10} {:>10} {:>10} {:>16}",
         "handler", "conc", "req/s", "p50", "p99", "req/s vs no-op"
     );
+    let mut table = String::from(
+        "| concurrency | no-op req/s | mutate req/s (ratio, p50 / p99) | validate req/s (ratio, p50 / p99) |\n|---|---|---|---|\n",
+    );
     for concurrency in [1, 16, 64] {
         let duration = Duration::from_secs(seconds);
         let noop = run_cell(addr, client_tls.clone(), NOOP_PATH, concurrency, duration).await;
@@ -186,14 +189,28 @@ async fn main() {
                 cell.p99,
                 rate / noop_rate
             );
+            format!(
+                "{rate:.0} ({:.2}×, {:.2?} / {:.2?})",
+                rate / noop_rate,
+                cell.p50,
+                cell.p99
+            )
         };
         print("no-op", &noop);
+        let mut cells = Vec::new();
         for (label, hook) in [
             ("mutate", Hook::MutateStormService),
             ("validate", Hook::ValidateStormService),
         ] {
             let cell = run_cell(addr, client_tls.clone(), hook.path(), concurrency, duration).await;
-            print(label, &cell);
+            cells.push(print(label, &cell));
         }
+        table.push_str(&format!(
+            "| {concurrency} | {noop_rate:.0} | {} | {} |\n",
+            cells[0], cells[1]
+        ));
     }
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&out).expect("target/bench");
+    std::fs::write(out.join("admission.md"), table).expect("write target/bench/admission.md");
 }

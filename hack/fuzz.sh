@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Fuzzes the admission review handler with cargo fuzz (libFuzzer): `make fuzz` runs it for
-# FUZZ_SECONDS (default 300); `make test` runs a 30 s smoke. The corpus grows in
+# FUZZ_SECONDS (default 600); `make test` runs a 30 s smoke. The corpus grows in
 # fuzz/corpus/review (not committed), seeded from fuzz/seeds/review; a crash leaves its
 # input in fuzz/artifacts/review and fails the run.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT/fuzz"
-SECONDS_TO_RUN=${FUZZ_SECONDS:-300}
+SECONDS_TO_RUN=${FUZZ_SECONDS:-600}
 
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "fuzz: installing cargo-fuzz from crates.io"

@@ -1,0 +1,419 @@
+//! Controller benchmark on the local control plane (`make bench` starts it): what squall
+//! costs at scale, against floors measured in the same run.
+//!
+//! 1. The floor: the API server's own pod-create rate, from a raw client creating as many
+//!    pods as the scale phase will (16 in flight).
+//! 2. Scale: `BENCH_SERVICES` (default 200) StormServices of 2 roles × 2 pods, replicas 2
+//!    (8 pods each: 1,600 pods). Time until all are Ready (the kwok stages alone take
+//!    1.7–3.2 s per pod), API writes per StormService (`squall_api_writes_total`), squall's
+//!    peak RSS and CPU seconds; then an image change on all of them, measured again. The
+//!    watch caches' share of memory is estimated from the JSON size of the objects squall
+//!    caches.
+//! 3. Step latency: `BENCH_CANARIES` (default 25) canaries of 4 weight steps (100 step
+//!    transitions): from the bench observing the last pod that completes a step become
+//!    Ready to it observing the next step start; p50 / p99.
+//!
+//! Prints a Markdown table and writes it to `target/bench/controller.md`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use e2e::operator::{Operator, counter_sum};
+use e2e::roles::stormservice;
+use e2e::{TestNamespace, client, install_crds};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use squall::api::{RoleSet, StormService};
+use tokio::sync::Mutex;
+
+const TIMEOUT: Duration = Duration::from_secs(1800);
+const IN_FLIGHT: usize = 16;
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// CPU seconds and peak RSS (MiB) of a process, from /proc.
+fn usage(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
+    let after_comm = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat; `after_comm` starts at field 3.
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    let hz: f64 = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let hwm_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    (ticks / hz, hwm_kib / 1024.0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn settled_at(ss: &StormService, generation: i64, replicas: i32) -> bool {
+    ss.status.as_ref().is_some_and(|s| {
+        s.observed_generation == Some(generation)
+            && s.current_revision == s.update_revision
+            && s.ready_replicas == replicas
+            && s.updated_replicas == replicas
+    })
+}
+
+/// Waits until every StormService of `api` is settled at `generation`.
+async fn all_settled(api: &Api<StormService>, count: usize, generation: i64, replicas: i32) {
+    let mut done = std::collections::BTreeSet::new();
+    let stream = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while done.len() < count {
+        let next = tokio::time::timeout_at(deadline, stream.try_next())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {count} settled after {TIMEOUT:?}", done.len()));
+        let Ok(Some(ss)) = next else { continue };
+        if settled_at(&ss, generation, replicas) {
+            done.insert(ss.name_any());
+        }
+    }
+}
+
+/// The raw client's pod-create rate (pods/s).
+async fn raw_pod_create_rate(client: &kube::Client, pods: usize) -> f64 {
+    let ns = TestNamespace::create(client, "bench-raw").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let started = Instant::now();
+    stream::iter(0..pods)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let api = api.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("raw-{i}")},
+                    "spec": {"containers": [{"name": "engine", "image": "engine:1"}]}
+                }))
+                .unwrap();
+                api.create(&PostParams::default(), &pod).await.unwrap();
+            }
+        })
+        .await;
+    let rate = pods as f64 / started.elapsed().as_secs_f64();
+    delete_namespace(ns.name());
+    rate
+}
+
+/// Deletes a namespace and waits until it is gone (while squall still runs, so its
+/// finalizers are removed), so the next phase runs on a quiet cluster.
+fn delete_namespace(name: &str) {
+    let out = e2e::kubectl(
+        &["delete", "namespace", name, "--wait=true", "--timeout=900s"],
+        None,
+    );
+    assert!(out.success, "deleting {name}: {}", out.stderr);
+}
+
+fn service(name: &str) -> StormService {
+    stormservice(
+        name,
+        2,
+        json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0}),
+        &[("prefill", 2), ("decode", 2)],
+    )
+}
+
+/// JSON bytes of the objects squall's watch caches hold, by kind (MiB).
+async fn cache_estimate(client: &kube::Client, namespace: &str) -> Vec<(&'static str, f64)> {
+    let mib = |items: Vec<serde_json::Value>| {
+        items
+            .iter()
+            .map(|o| serde_json::to_vec(o).unwrap().len())
+            .sum::<usize>() as f64
+            / 1_048_576.0
+    };
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let rolesets = Api::<RoleSet>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let services = Api::<StormService>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    vec![
+        (
+            "pods",
+            mib(pods
+                .iter()
+                .map(|p| serde_json::to_value(p).unwrap())
+                .collect()),
+        ),
+        (
+            "RoleSets",
+            mib(rolesets
+                .iter()
+                .map(|r| serde_json::to_value(r).unwrap())
+                .collect()),
+        ),
+        (
+            "StormServices",
+            mib(services
+                .iter()
+                .map(|s| serde_json::to_value(s).unwrap())
+                .collect()),
+        ),
+    ]
+}
+
+/// Step latencies (seconds) of `canaries` canaries of 4 weight steps each.
+async fn step_latencies(client: &kube::Client, canaries: usize) -> Vec<f64> {
+    let ns = TestNamespace::create(client, "bench-steps").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0,
+        "canary": {"steps": [{"setWeight": 25}, {"setWeight": 50}, {"setWeight": 75}, {"setWeight": 100}]}});
+    let names: Vec<String> = (0..canaries).map(|i| format!("canary-{i:03}")).collect();
+    for name in &names {
+        api.create(
+            &PostParams::default(),
+            &stormservice(name, 4, strategy.clone(), &[("decode", 1)]),
+        )
+        .await
+        .unwrap();
+    }
+    all_settled(&api, canaries, 1, 4).await;
+
+    // The last Ready transition of a pod per StormService, as this client observed it.
+    let last_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let pod_watch = {
+        let last_ready = last_ready.clone();
+        let mut seen_ready = std::collections::BTreeSet::new();
+        let stream = watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(pod)) = stream.next().await {
+                let ready = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                if ready && seen_ready.insert(pod.name_any()) {
+                    let service = pod
+                        .labels()
+                        .get("storm-service-name")
+                        .cloned()
+                        .unwrap_or_default();
+                    last_ready.lock().await.insert(service, Instant::now());
+                }
+            }
+        })
+    };
+    let mut steps: BTreeMap<String, i32> = BTreeMap::new();
+    let mut latencies = Vec::new();
+    let services = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let mut services = std::pin::pin!(services);
+    for name in &names {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
+                "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"}])).unwrap()),
+        )
+        .await
+        .unwrap();
+    }
+    let mut completed = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while completed.len() < canaries {
+        let next = tokio::time::timeout_at(deadline, services.try_next())
+            .await
+            .expect("canaries complete in time");
+        let Ok(Some(ss)) = next else { continue };
+        let name = ss.name_any();
+        let step = ss
+            .status
+            .as_ref()
+            .and_then(|s| s.canary_status.as_ref())
+            .map(|c| c.current_step);
+        let done = ss.metadata.generation == Some(2) && settled_at(&ss, 2, 4);
+        let previous = steps.get(&name).copied();
+        // A step starts when currentStep moves past the previous one; the canary's end
+        // (status settled at the new generation) ends the last step.
+        let advanced = match (previous, step) {
+            (Some(p), Some(s)) => s > p,
+            _ => false,
+        };
+        let step_ended = advanced || (done && !completed.contains(&name) && previous.is_some());
+        if step_ended && let Some(ready) = last_ready.lock().await.get(&name) {
+            latencies.push(ready.elapsed().as_secs_f64());
+        }
+        if let Some(s) = step {
+            steps.insert(name.clone(), s);
+        }
+        if done {
+            completed.insert(name);
+        }
+    }
+    pod_watch.abort();
+    delete_namespace(ns.name());
+    latencies
+}
+
+#[tokio::main]
+async fn main() {
+    let services = env_number("BENCH_SERVICES", 200);
+    let canaries = env_number("BENCH_CANARIES", 25);
+    let pods = services * 8;
+    install_crds();
+    let client = client().await;
+
+    println!("raw pod creates: {pods} pods, {IN_FLIGHT} in flight ...");
+    let raw_rate = raw_pod_create_rate(&client, pods).await;
+
+    let operator = Operator::start("bench", &["--controllers=true"]);
+    let pid = operator.pid();
+    let ns = TestNamespace::create(&client, "bench-scale").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let writes = || counter_sum(operator.admin_addr, "squall_api_writes_total", &[]);
+
+    println!("scale: {services} StormServices, {pods} pods ...");
+    let (cpu0, _) = usage(pid);
+    let writes0 = writes();
+    let started = Instant::now();
+    stream::iter(0..services)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &service(&format!("llm-{i:04}")))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    let created_in = started.elapsed();
+    all_settled(&api, services, 1, 2).await;
+    let create_ready = started.elapsed();
+    let (cpu1, rss1) = usage(pid);
+    let writes1 = writes();
+    let caches = cache_estimate(&client, ns.name()).await;
+
+    println!("roll: image change on all of them ...");
+    let started = Instant::now();
+    stream::iter(0..services)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let api = api.clone();
+            async move {
+                api.patch(
+                    &format!("llm-{i:04}"),
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
+                        "path": "/spec/template/spec/roles/1/template/spec/containers/0/image", "value": "engine:2"}])).unwrap()),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .await;
+    all_settled(&api, services, 2, 2).await;
+    let roll_ready = started.elapsed();
+    let (cpu2, rss2) = usage(pid);
+    let writes2 = writes();
+
+    delete_namespace(ns.name());
+    println!("step latency: {canaries} canaries x 4 steps ...");
+    let mut latencies = step_latencies(&client, canaries).await;
+    latencies.sort_by(f64::total_cmp);
+    drop(operator);
+
+    let squall_rate = pods as f64 / create_ready.as_secs_f64();
+    let machine = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut table = String::new();
+    table.push_str(&format!(
+        "Controller benchmark ({services} StormServices × 2 roles × 2 pods × 2 replicas = {pods} pods; {cores} cores, {machine}):\n\n"
+    ));
+    table.push_str("| measure | value |\n|---|---|\n");
+    table.push_str(&format!(
+        "| API server floor: raw pod creates ({IN_FLIGHT} in flight) | {raw_rate:.0} pods/s |\n"
+    ));
+    table.push_str(&format!(
+        "| create: all {services} Ready (creates sent in {:.1} s; kwok alone takes 1.7–3.2 s per pod) | {:.1} s — {squall_rate:.0} pods/s, {:.2}× the floor |\n",
+        created_in.as_secs_f64(),
+        create_ready.as_secs_f64(),
+        squall_rate / raw_rate
+    ));
+    table.push_str(&format!(
+        "| create: API writes per StormService | {:.1} |\n",
+        (writes1 - writes0) / services as f64
+    ));
+    table.push_str(&format!(
+        "| create: squall CPU / peak RSS | {:.1} s / {rss1:.0} MiB |\n",
+        cpu1 - cpu0
+    ));
+    table.push_str(&format!(
+        "| roll (image change of one role): all settled | {:.1} s |\n",
+        roll_ready.as_secs_f64()
+    ));
+    table.push_str(&format!(
+        "| roll: API writes per StormService | {:.1} |\n",
+        (writes2 - writes1) / services as f64
+    ));
+    table.push_str(&format!(
+        "| roll: squall CPU / peak RSS | {:.1} s / {rss2:.0} MiB |\n",
+        cpu2 - cpu1
+    ));
+    let caches: Vec<String> = caches
+        .iter()
+        .map(|(kind, mib)| format!("{kind} {mib:.1} MiB"))
+        .collect();
+    table.push_str(&format!(
+        "| watched objects as JSON (the caches' payload) | {} |\n",
+        caches.join(", ")
+    ));
+    table.push_str(&format!(
+        "| canary step latency, last pod Ready → next step ({} steps) | p50 {:.0} ms, p99 {:.0} ms |\n",
+        latencies.len(),
+        percentile(&latencies, 50.0) * 1000.0,
+        percentile(&latencies, 99.0) * 1000.0
+    ));
+    println!("\n{table}");
+    let out = e2e::workspace_root().join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("controller.md"), table).unwrap();
+}

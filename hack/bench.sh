@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark in one run, then the README's benchmark table regenerated
+# between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers.
+#   - admission: mutate / validate vs a no-op handler over TLS (benches/admission.rs)
+#   - planner: plans per second vs cloning the input (criterion, benches/planner.rs)
+#   - controller: scale, writes, CPU, memory, step latency on the local control plane, vs
+#     the API server's own pod-create rate (e2e/benches/controller.rs; BENCH_SERVICES,
+#     default 200 = 1,600 pods; BENCH_CANARIES, default 25 = 100 steps)
+# Starts the local control plane unless one is up, and stops what it started.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export SQUALL_CLUSTER_DIR=${SQUALL_CLUSTER_DIR:-$ROOT/target/e2e-cluster}
+OUT=$ROOT/target/bench
+mkdir -p "$OUT"
+STARTED_CLUSTER=0
+finish() {
+  ((STARTED_CLUSTER)) && e2e/cluster.sh down || true
+}
+trap finish EXIT
+
+echo "==> admission"
+cargo bench --locked --bench admission
+echo "==> planner"
+cargo bench --locked --bench planner -- --warm-up-time 1 --measurement-time 3
+python3 - "$OUT/planner.md" <<'PY'
+import json, pathlib, sys
+root = pathlib.Path("target/criterion/planner")
+def mean_ns(name):
+    for d in root.iterdir():
+        bench = json.loads((d / "new" / "benchmark.json").read_text())
+        if bench["function_id"] == name:
+            return json.loads((d / "new" / "estimates.json").read_text())["mean"]["point_estimate"]
+    raise SystemExit(f"no criterion result for {name!r}")
+rows = ["| planner | time per plan | plans/s | vs cloning its input |", "|---|---|---|---|"]
+for plan, baseline in [
+    ("StormService plan, 100 RoleSets mid-rollout", "baseline: clone the StormService input"),
+    ("RoleSet plan, 3 roles x 100 pods mid-rollout", "baseline: clone the RoleSet input"),
+]:
+    t, b = mean_ns(plan), mean_ns(baseline)
+    rows.append(f"| {plan} | {t / 1000:.2f} µs | {1e9 / t:,.0f} | {t / b:.2f}× |")
+pathlib.Path(sys.argv[1]).write_text("\n".join(rows) + "\n")
+PY
+echo "==> controller (local control plane)"
+hack/build-tools.sh >/dev/null
+if ! e2e/cluster.sh status >/dev/null 2>&1; then
+  STARTED_CLUSTER=1
+  e2e/cluster.sh up >/dev/null
+fi
+export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig
+cargo build --locked --release --bin squall
+SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench controller
+
+python3 - <<'PY'
+import pathlib, datetime
+out = pathlib.Path("target/bench")
+table = "\n".join([
+    f"Measured {datetime.date.today().isoformat()} by `make bench`.",
+    "",
+    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler runs on the same stack in the same run):",
+    "",
+    (out / "admission.md").read_text().strip(),
+    "",
+    "Planner (criterion; the baseline clones the planner's input in the same run):",
+    "",
+    (out / "planner.md").read_text().strip(),
+    "",
+    (out / "controller.md").read_text().strip(),
+])
+readme = pathlib.Path("README.md")
+text = readme.read_text()
+begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+head, rest = text.split(begin, 1)
+_, tail = rest.split(end, 1)
+readme.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
+print(table)
+PY
+echo "bench: README.md updated"
