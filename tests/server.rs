@@ -233,3 +233,117 @@ async fn a_renewed_certificate_reaches_new_connections_without_a_restart() {
         "open connections keep their certificate"
     );
 }
+
+/// Well-formed reviews with odd content: each gets an answer (never a 5xx, never a panic),
+/// allowed with a warning when squall cannot judge, denied naming the field when it can.
+#[tokio::test]
+async fn odd_but_well_formed_reviews_get_answers_naming_what_is_wrong() {
+    let server = start().await;
+    let with_request = |request: Value| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request
+        }))
+        .unwrap()
+    };
+    let base = |kind: &str, operation: &str, object: Value| {
+        json!({
+            "uid": "11111111-2222-3333-4444-555555555555",
+            "kind": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "kind": kind},
+            "resource": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "resource": "stormservices"},
+            "name": "x", "namespace": "default", "operation": operation,
+            "userInfo": {"username": "u"}, "object": object, "dryRun": false
+        })
+    };
+    let stormservice = |spec: Value| {
+        json!({"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+               "metadata": {"name": "x"}, "spec": spec})
+    };
+    let validate = Hook::ValidateStormService.path();
+    let mutate = Hook::MutateStormService.path();
+    // (path, body, HTTP status, allowed, text the answer must contain)
+    let table: Vec<(&str, Vec<u8>, u16, Option<bool>, &str)> = vec![
+        (
+            validate,
+            serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1",
+                "kind": "AdmissionReview", "request": base("StormService", "CREATE", Value::Null)}))
+            .unwrap(),
+            400,
+            None,
+            "expected admission.k8s.io/v1 AdmissionReview",
+        ),
+        (
+            validate,
+            with_request(json!({"kind": {"group": "g", "version": "v", "kind": "K"}})),
+            400,
+            None,
+            "AdmissionReview",
+        ),
+        (
+            validate,
+            with_request(base("StormService", "CREATE", Value::Null)),
+            200,
+            Some(true),
+            "the request has no object",
+        ),
+        (
+            validate,
+            with_request(base("Deployment", "CREATE", stormservice(json!({})))),
+            200,
+            Some(true),
+            "does not handle",
+        ),
+        (
+            validate,
+            with_request(base("StormService", "DELETE", Value::Null)),
+            200,
+            Some(true),
+            "\"allowed\":true",
+        ),
+        (
+            validate,
+            with_request(base(
+                "StormService",
+                "CREATE",
+                stormservice(json!("not an object")),
+            )),
+            200,
+            Some(false),
+            "spec",
+        ),
+        (
+            mutate,
+            with_request(base(
+                "StormService",
+                "CREATE",
+                stormservice(json!("not an object")),
+            )),
+            200,
+            Some(true),
+            "\"allowed\":true",
+        ),
+        (
+            validate,
+            with_request(base(
+                "StormService",
+                "CREATE",
+                stormservice(json!({"replicas": "three"})),
+            )),
+            200,
+            Some(false),
+            "spec.replicas",
+        ),
+    ];
+    for (path, body, status, allowed, text) in table {
+        let (got, answer) = server.post(path, body).await;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        assert_eq!(got, status, "{path}: {answer}");
+        if let Some(allowed) = allowed {
+            let review: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(review["response"]["allowed"], allowed, "{answer}");
+        }
+        assert!(
+            answer.contains(text),
+            "{path}: the answer names {text:?}: {answer}"
+        );
+    }
+}
