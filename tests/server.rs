@@ -261,7 +261,8 @@ async fn odd_but_well_formed_reviews_get_answers_naming_what_is_wrong() {
     let validate = Hook::ValidateStormService.path();
     let mutate = Hook::MutateStormService.path();
     // (path, body, HTTP status, allowed, text the answer must contain)
-    let table: Vec<(&str, Vec<u8>, u16, Option<bool>, &str)> = vec![
+    type Case<'a> = (&'a str, Vec<u8>, u16, Option<bool>, &'a str);
+    let table: Vec<Case> = vec![
         (
             validate,
             serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1",
