@@ -65,17 +65,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 e2e operator runs under the chart's ServiceAccount, so a missing rule fails the suite. */}}
 {{- define "squall.workloadRules" -}}
 - apiGroups: ["orchestration.aibrix.ai"]
-  resources: ["stormservices", "rolesets", "podsets"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  resources: ["stormservices"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["orchestration.aibrix.ai"]
+  resources: ["rolesets", "podsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["orchestration.aibrix.ai"]
   resources: ["stormservices/status", "rolesets/status", "podsets/status"]
-  verbs: ["get", "update", "patch"]
+  verbs: ["patch"]
+# Children carry blockOwnerDeletion: with OwnerReferencesPermissionEnforcement the creator
+# needs update on the owner's finalizers.
 - apiGroups: ["orchestration.aibrix.ai"]
   resources: ["stormservices/finalizers", "rolesets/finalizers", "podsets/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
