@@ -72,7 +72,7 @@ e2e operator runs under the chart's ServiceAccount, so a missing rule fails the 
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["orchestration.aibrix.ai"]
   resources: ["stormservices/status", "rolesets/status", "podsets/status"]
-  verbs: ["patch"]
+  verbs: ["get", "patch"]
 # Children carry blockOwnerDeletion: with OwnerReferencesPermissionEnforcement the creator
 # needs update on the owner's finalizers.
 - apiGroups: ["orchestration.aibrix.ai"]
