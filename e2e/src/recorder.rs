@@ -18,13 +18,33 @@ pub enum Observed<K> {
     Applied(K),
     /// The object was deleted.
     Deleted(K),
+    /// The watch re-listed (after an API server restart or an expired watch): these are all
+    /// the objects now; any other object was deleted while the watch was down.
+    Relisted(Vec<K>),
 }
 
-impl<K: ResourceExt> Observed<K> {
-    /// Name of the observed object.
-    pub fn name(&self) -> String {
+impl<K: ResourceExt + Clone> Observed<K> {
+    /// Applies this observation to `state` (objects by name).
+    pub fn apply_to(&self, state: &mut std::collections::BTreeMap<String, K>) {
         match self {
-            Observed::Applied(o) | Observed::Deleted(o) => o.name_any(),
+            Observed::Applied(o) => {
+                state.insert(o.name_any(), o.clone());
+            }
+            Observed::Deleted(o) => {
+                state.remove(&o.name_any());
+            }
+            Observed::Relisted(all) => {
+                *state = all.iter().map(|o| (o.name_any(), o.clone())).collect();
+            }
+        }
+    }
+
+    /// The objects this observation shows as they are (none for a deletion).
+    pub fn applied(&self) -> Vec<&K> {
+        match self {
+            Observed::Applied(o) => vec![o],
+            Observed::Deleted(_) => Vec::new(),
+            Observed::Relisted(all) => all.iter().collect(),
         }
     }
 }
@@ -50,6 +70,9 @@ where
         let sink = events.clone();
         let task = tokio::spawn(async move {
             let mut synced = Some(synced_tx);
+            // Objects of a re-list in progress (None outside one, and during the first list,
+            // which is recorded object by object).
+            let mut relisting: Option<Vec<K>> = None;
             // With backoff, the recording outlives an API server restart: the watch re-lists
             // and goes on (the re-list is recorded as states like any other).
             let mut stream =
@@ -57,15 +80,28 @@ where
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else { continue };
                 let observed = match event {
+                    watcher::Event::InitApply(o) if relisting.is_some() => {
+                        relisting.as_mut().expect("re-listing").push(o);
+                        continue;
+                    }
                     watcher::Event::Apply(o) | watcher::Event::InitApply(o) => Observed::Applied(o),
                     watcher::Event::Delete(o) => Observed::Deleted(o),
                     watcher::Event::InitDone => {
                         if let Some(tx) = synced.take() {
                             let _ = tx.send(());
+                            continue;
+                        }
+                        match relisting.take() {
+                            Some(all) => Observed::Relisted(all),
+                            None => continue,
+                        }
+                    }
+                    watcher::Event::Init => {
+                        if synced.is_none() {
+                            relisting = Some(Vec::new());
                         }
                         continue;
                     }
-                    watcher::Event::Init => continue,
                 };
                 let count = {
                     let mut events = sink.lock().expect("recorder lock");
@@ -102,7 +138,9 @@ where
                 let events = self.events();
                 let missing = wanted.iter().any(|(name, version)| {
                     !events.iter().any(|e| {
-                        matches!(e, Observed::Applied(o) if o.name_any() == *name && o.resource_version() == *version)
+                        e.applied()
+                            .iter()
+                            .any(|o| o.name_any() == *name && o.resource_version() == *version)
                     })
                 });
                 if !missing {
@@ -135,11 +173,10 @@ where
     /// The observed states of one object, in order.
     pub fn states_of(&self, name: &str) -> Vec<K> {
         self.events()
-            .into_iter()
-            .filter_map(|e| match e {
-                Observed::Applied(o) if o.name_any() == name => Some(o),
-                _ => None,
-            })
+            .iter()
+            .flat_map(Observed::applied)
+            .filter(|o| o.name_any() == name)
+            .cloned()
             .collect()
     }
 }

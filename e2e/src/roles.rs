@@ -72,10 +72,7 @@ pub fn replay<K: kube::Resource + Clone>(
 ) {
     let mut state = std::collections::BTreeMap::new();
     for (i, event) in events.iter().enumerate() {
-        match event {
-            crate::Observed::Applied(o) => state.insert(o.name_any(), o.clone()),
-            crate::Observed::Deleted(o) => state.remove(&o.name_any()),
-        };
+        event.apply_to(&mut state);
         if i >= start {
             check(i, &state);
         }

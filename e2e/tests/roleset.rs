@@ -85,15 +85,12 @@ async fn upgrade_and_check_order(
     let mut first_change: BTreeMap<String, usize> = BTreeMap::new();
     let mut done: BTreeMap<String, usize> = BTreeMap::new();
     for (i, event) in events.iter().enumerate() {
+        event.apply_to(&mut state);
         let (pod, deleted) = match event {
             Observed::Applied(p) => (p, false),
             Observed::Deleted(p) => (p, true),
+            Observed::Relisted(_) => continue,
         };
-        if deleted {
-            state.remove(&pod.name_any());
-        } else {
-            state.insert(pod.name_any(), pod.clone());
-        }
         if i < start {
             continue;
         }
@@ -291,10 +288,7 @@ async fn stateful_roles_keep_one_pod_per_slot_through_an_upgrade() {
     // slot without a Ready pod (maxUnavailable 1).
     let mut state: BTreeMap<String, Pod> = BTreeMap::new();
     for (i, event) in recorder.events().iter().enumerate() {
-        match event {
-            Observed::Applied(p) => state.insert(p.name_any(), p.clone()),
-            Observed::Deleted(p) => state.remove(&p.name_any()),
-        };
+        event.apply_to(&mut state);
         if i < start {
             continue;
         }
