@@ -23,8 +23,10 @@ BIN=${SQUALL_BIN:-$ROOT/target/debug/squall}
 export KUBECONFIG=$W/kubeconfig
 RELEASE=squall
 NAMESPACE=squall-system
-# The image's user (Dockerfile, chart securityContext).
+# The image's user (Dockerfile, chart securityContext) when the harness runs as root;
+# otherwise the current user (who cannot switch users).
 RUN_AS=65532
+[[ $(id -u) == 0 ]] || RUN_AS=$(id -u)
 SA_DIR=$W/operator-sa
 
 running_pid() {
@@ -90,9 +92,9 @@ contexts:
   context: {cluster: local, user: $RELEASE, namespace: $NAMESPACE}
 current-context: local
 KUBECONFIG
-  chown "$RUN_AS:$RUN_AS" "$SA_DIR/kubeconfig"
+  [[ $(id -u) != 0 ]] || chown "$RUN_AS:$RUN_AS" "$SA_DIR/kubeconfig"
   chmod 0400 "$SA_DIR/kubeconfig"
-  # HOME and the working directory: owned by root, not writable by RUN_AS.
+  # HOME and the working directory: without write permission for anyone.
   chmod 0555 "$SA_DIR/home"
 }
 
@@ -125,7 +127,9 @@ print(*(x.getsockname()[1] for x in s))')
     else args+=("$item"); fi
   done <"$SA_DIR/command"
   echo "operator: as pod $pod: squall ${args[*]} (env: ${env[*]})" >"$W/logs/squall.log"
-  (cd "$SA_DIR/home" && exec setpriv --reuid="$RUN_AS" --regid="$RUN_AS" --clear-groups \
+  local -a as_user=()
+  [[ $(id -u) != 0 ]] || as_user=(setpriv --reuid="$RUN_AS" --regid="$RUN_AS" --clear-groups)
+  (cd "$SA_DIR/home" && exec "${as_user[@]}" \
     env -i PATH=/usr/bin:/bin HOME="$SA_DIR/home" KUBECONFIG="$SA_DIR/kubeconfig" "${env[@]}" \
     "$BIN" "${args[@]}") >>"$W/logs/squall.log" 2>&1 &
   echo $! >"$W/squall.pid"
@@ -138,7 +142,7 @@ print(*(x.getsockname()[1] for x in s))')
     fi
     sleep 0.2
   done
-  echo "SQUALL_ADMIN_ADDR=127.0.0.1:$ADMIN_PORT" >"$W/operator.env"
+  printf 'SQUALL_ADMIN_ADDR=127.0.0.1:%s\nSQUALL_OPERATOR_UID=%s\n' "$ADMIN_PORT" "$RUN_AS" >"$W/operator.env"
   echo "operator: ready (chart release $NAMESPACE/$RELEASE, webhooks https://127.0.0.1:$WEBHOOK_PORT, admin http://127.0.0.1:$ADMIN_PORT)" >&2
   echo "export SQUALL_ADMIN_ADDR=127.0.0.1:$ADMIN_PORT"
 }
