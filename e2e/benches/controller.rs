@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e::operator::{Operator, counter_sum};
-use e2e::roles::stormservice;
+use e2e::roles::{set_role_image, stormservice};
 use e2e::{TestNamespace, client, install_crds};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use squall::api::{RoleSet, StormService};
@@ -261,14 +261,7 @@ async fn step_latencies(client: &kube::Client, canaries: usize) -> Vec<f64> {
         .applied_objects();
     let mut services = std::pin::pin!(services);
     for name in &names {
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
-                "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": "engine:2"}])).unwrap()),
-        )
-        .await
-        .unwrap();
+        set_role_image(&api, name, 0, "engine:2").await;
     }
     let mut completed = std::collections::BTreeSet::new();
     let deadline = tokio::time::Instant::now() + TIMEOUT;
@@ -351,14 +344,7 @@ async fn main() {
         .for_each_concurrent(IN_FLIGHT, |i| {
             let api = api.clone();
             async move {
-                api.patch(
-                    &format!("llm-{i:04}"),
-                    &PatchParams::default(),
-                    &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
-                        "path": "/spec/template/spec/roles/1/template/spec/containers/0/image", "value": "engine:2"}])).unwrap()),
-                )
-                .await
-                .unwrap();
+                set_role_image(&api, &format!("llm-{i:04}"), 1, "engine:2").await;
             }
         })
         .await;

@@ -151,3 +151,18 @@ pub async fn live_rolesets(api: &kube::Api<RoleSet>) -> Vec<RoleSet> {
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .collect()
 }
+
+/// Changes the image of the first container of role `role` (its index in the template) of
+/// the StormService `name` — the template change that starts a rollout.
+pub async fn set_role_image(api: &kube::Api<StormService>, name: &str, role: usize, image: &str) {
+    let patch = json!([{"op": "replace",
+        "path": format!("/spec/template/spec/roles/{role}/template/spec/containers/0/image"),
+        "value": image}]);
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Json::<()>(serde_json::from_value(patch).expect("a JSON patch")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("changing the image of {name}: {e}"));
+}

@@ -8,12 +8,12 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use e2e::operator::{cluster_dir, shared_operator_admin};
-use e2e::roles::stormservice;
+use e2e::roles::{set_role_image, stormservice};
 use e2e::{TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 use squall::api::StormService;
 
@@ -183,18 +183,7 @@ async fn metrics_during_a_rollout_show_reconciles_admissions_writes_and_rollout_
     })
     .await
     .unwrap();
-    api.patch(
-        "llm",
-        &PatchParams::default(),
-        &Patch::Json::<()>(
-            serde_json::from_value(json!([{"op": "replace",
-            "path": "/spec/template/spec/roles/0/template/spec/containers/0/image",
-            "value": "engine:2"}]))
-            .unwrap(),
-        ),
-    )
-    .await
-    .unwrap();
+    set_role_image(&api, "llm", 0, "engine:2").await;
     // Mid-rollout: parked at the manual gate after the first step.
     wait_for(&api, "llm", "the canary at its manual gate", TIMEOUT, |s| {
         s.and_then(|s| s.status.as_ref())

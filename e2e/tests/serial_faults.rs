@@ -14,11 +14,13 @@ use std::time::{Duration, Instant};
 
 use e2e::fixtures::{fixture_object, header, invalid_fixtures, schema_enforced};
 use e2e::operator::{Operator, cluster_dir};
-use e2e::roles::{assert_roleset_budgets, live_rolesets, replay, roleset_ready, stormservice};
+use e2e::roles::{
+    assert_roleset_budgets, live_rolesets, replay, roleset_ready, set_role_image, stormservice,
+};
 use e2e::{Recorder, TestNamespace, client, install_crds, kubelet, wait_for, workspace_root};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::json;
@@ -38,17 +40,6 @@ fn service(name: &str) -> StormService {
         json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1}),
         &[("decode", PODS_PER_ROLESET as i32)],
     )
-}
-
-async fn change_image(api: &Api<StormService>, name: &str, image: &str) {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace",
-            "path": "/spec/template/spec/roles/0/template/spec/containers/0/image", "value": image}])).unwrap()),
-    )
-    .await
-    .unwrap();
 }
 
 /// Ready with the rollout complete at the current generation.
@@ -107,6 +98,45 @@ async fn assert_no_orphans_or_duplicates(client: &kube::Client, namespace: &str)
     }
 }
 
+/// A StormService `llm` settled under its own operator, with its RoleSets recorded.
+struct Settled {
+    client: kube::Client,
+    ns: TestNamespace,
+    api: Api<StormService>,
+    rolesets: Api<RoleSet>,
+    recorder: Recorder<RoleSet>,
+    operator: Operator,
+    /// The first recorded event after it settled: where the rollout's states begin.
+    start: usize,
+}
+
+async fn settled_service(prefix: &str) -> Settled {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, prefix).await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let recorder = Recorder::start(rolesets.clone()).await;
+    let operator = Operator::start(&format!("fault-{prefix}"), UNCHECKED);
+    api.create(&PostParams::default(), &service("llm"))
+        .await
+        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
+        .await
+        .unwrap();
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+    Settled {
+        client,
+        ns,
+        api,
+        rolesets,
+        recorder,
+        operator,
+        start,
+    }
+}
+
 /// A small deterministic generator for the kill points (xorshift64*).
 struct Seeded(u64);
 
@@ -122,23 +152,17 @@ impl Seeded {
 #[tokio::test]
 #[ignore = "needs the local control plane (make test)"]
 async fn a_kube_apiserver_restart_mid_rollout_loses_track_of_nothing() {
-    install_crds();
-    let client = client().await;
-    let ns = TestNamespace::create(&client, "apiserver").await;
-    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
-    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
-    let recorder = Recorder::start(rolesets.clone()).await;
-    let mut operator = Operator::start("fault-apiserver", UNCHECKED);
-    api.create(&PostParams::default(), &service("llm"))
-        .await
-        .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
-    recorder.catch_up(&rolesets).await;
-    let start = recorder.events().len();
+    let Settled {
+        client,
+        ns,
+        api,
+        rolesets,
+        recorder,
+        mut operator,
+        start,
+    } = settled_service("apiserver").await;
 
-    change_image(&api, "llm", "engine:2").await;
+    set_role_image(&api, "llm", 0, "engine:2").await;
     e2e::wait_for_all(&rolesets, "one RoleSet terminating", TIMEOUT, |all| {
         all.iter().any(|r| r.metadata.deletion_timestamp.is_some())
     })
@@ -186,23 +210,17 @@ async fn operator_kills_at_seeded_observed_states_leave_a_complete_rollout() {
         });
     println!("kill points seeded with {seed} (SQUALL_FAULT_SEED={seed} repeats them)");
     let mut rng = Seeded(seed);
-    install_crds();
-    let client = client().await;
-    let ns = TestNamespace::create(&client, "seeded").await;
-    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
-    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
-    let recorder = Recorder::start(rolesets.clone()).await;
-    let mut operator = Operator::start("fault-seeded", UNCHECKED);
-    api.create(&PostParams::default(), &service("llm"))
-        .await
-        .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
-    recorder.catch_up(&rolesets).await;
-    let start = recorder.events().len();
+    let Settled {
+        client,
+        ns,
+        api,
+        rolesets,
+        recorder,
+        mut operator,
+        start,
+    } = settled_service("seeded").await;
 
-    change_image(&api, "llm", "engine:2").await;
+    set_role_image(&api, "llm", 0, "engine:2").await;
     // Two kill points among the first RoleSet states the rollout produces (it produces
     // dozens: creates, status changes, deletions).
     let first = 1 + rng.below(8) as usize;
@@ -227,29 +245,23 @@ async fn operator_kills_at_seeded_observed_states_leave_a_complete_rollout() {
 #[tokio::test]
 #[ignore = "needs the local control plane (make test)"]
 async fn pods_deleted_and_failed_by_another_client_mid_rollout_are_replaced() {
-    install_crds();
-    let client = client().await;
-    let ns = TestNamespace::create(&client, "intruder").await;
-    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
-    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let Settled {
+        client,
+        ns,
+        api,
+        rolesets,
+        recorder,
+        operator: _operator,
+        start,
+    } = settled_service("intruder").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    let recorder = Recorder::start(rolesets.clone()).await;
-    let _operator = Operator::start("fault-intruder", UNCHECKED);
-    api.create(&PostParams::default(), &service("llm"))
-        .await
-        .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
-    recorder.catch_up(&rolesets).await;
-    let start = recorder.events().len();
     let stable: Vec<String> = live_rolesets(&rolesets)
         .await
         .iter()
         .map(|r| r.name_any())
         .collect();
 
-    change_image(&api, "llm", "engine:2").await;
+    set_role_image(&api, "llm", 0, "engine:2").await;
     let with_new = e2e::wait_for_all(&rolesets, "a new RoleSet Ready", TIMEOUT, |all| {
         all.iter()
             .any(|r| !stable.contains(&r.name_any()) && roleset_ready(r))
