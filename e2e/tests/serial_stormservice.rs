@@ -2,7 +2,7 @@
 //! operator starts): an invalid spec that no webhook checked is reported as `InvalidSpec` and
 //! left alone until fixed; and SIGKILL at observed states of a rollout and a scale-out — the
 //! restarted operator completes them within the budgets, without duplicate RoleSets or
-//! indexes.
+//! indexes; and `--namespaces` leaving other namespaces alone.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -118,6 +118,63 @@ async fn an_unchecked_invalid_spec_gets_invalid_spec_and_no_rolesets_until_fixed
             .items
             .len(),
         2
+    );
+    drop(operator);
+}
+
+/// `--namespaces` scopes the controllers: a StormService outside the list is never touched
+/// (checked once one inside it is Ready, so the operator demonstrably reconciles).
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_namespace_list_limits_what_the_controllers_reconcile() {
+    install_crds();
+    let client = client().await;
+    let served = TestNamespace::create(&client, "scoped-in").await;
+    let ignored = TestNamespace::create(&client, "scoped-out").await;
+    let scope = format!("--namespaces={}", served.name());
+    let mut args = UNCHECKED.to_vec();
+    args.push(scope.as_str());
+    let operator = Operator::start("scoped", &args);
+    let inside: Api<StormService> = Api::namespaced(client.clone(), served.name());
+    let outside: Api<StormService> = Api::namespaced(client.clone(), ignored.name());
+    outside
+        .create(
+            &PostParams::default(),
+            &stormservice("llm", 1, json!({"app": "llm"})),
+        )
+        .await
+        .unwrap();
+    inside
+        .create(
+            &PostParams::default(),
+            &stormservice("llm", 1, json!({"app": "llm"})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &inside,
+        "llm",
+        "llm Ready in the served namespace",
+        TIMEOUT,
+        settled,
+    )
+    .await
+    .unwrap();
+    let untouched = outside.get("llm").await.unwrap();
+    assert!(
+        untouched.status.is_none() && untouched.finalizers().is_empty(),
+        "the StormService outside --namespaces has no status and no finalizer: {:?}",
+        untouched.status
+    );
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ignored.name());
+    assert!(
+        rolesets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no RoleSet outside --namespaces"
     );
     drop(operator);
 }
