@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -49,9 +50,13 @@ impl<K: ResourceExt + Clone> Observed<K> {
     }
 }
 
-/// Watches a kind in a namespace from creation until dropped, keeping every event.
+/// An observation and the test's monotonic time of its arrival.
+pub type TimedObservation<K> = (Instant, Observed<K>);
+
+/// Watches a kind in a namespace from creation until dropped, keeping every event with the
+/// test's monotonic time of its arrival.
 pub struct Recorder<K> {
-    events: Arc<Mutex<Vec<Observed<K>>>>,
+    events: Arc<Mutex<Vec<TimedObservation<K>>>>,
     /// Counts recorded events, so waiters wake on each new one.
     recorded: tokio::sync::watch::Receiver<usize>,
     task: JoinHandle<()>,
@@ -105,7 +110,7 @@ where
                 };
                 let count = {
                     let mut events = sink.lock().expect("recorder lock");
-                    events.push(observed);
+                    events.push((Instant::now(), observed));
                     events.len()
                 };
                 count_tx.send_replace(count);
@@ -167,6 +172,12 @@ where
 
     /// Everything observed so far, in order.
     pub fn events(&self) -> Vec<Observed<K>> {
+        self.timed_events().into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// Everything observed so far, in order, with when it arrived (for durations measured
+    /// on the test's monotonic clock).
+    pub fn timed_events(&self) -> Vec<TimedObservation<K>> {
         self.events.lock().expect("recorder lock").clone()
     }
 

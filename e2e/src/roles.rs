@@ -92,6 +92,45 @@ pub fn roleset_ready(roleset: &RoleSet) -> bool {
         })
 }
 
+/// The pod budgets of RoleSet roles at one observed state (SPEC §3.4, for the controller's
+/// own actions): per RoleSet and role, at most `replicas + max_surge` pods, terminating ones
+/// included, and at least `replicas - max_unavailable` that are live and Ready. `roles` is
+/// (role, replicas); pods of other roles are not checked.
+pub fn assert_pod_budgets(
+    event: usize,
+    state: &std::collections::BTreeMap<String, Pod>,
+    roles: &[(&str, i32)],
+    max_surge: i32,
+    max_unavailable: i32,
+) {
+    let mut per_role: std::collections::BTreeMap<(String, String), (i32, i32)> = Default::default();
+    for pod in state.values() {
+        let roleset = pod
+            .labels()
+            .get("roleset-name")
+            .cloned()
+            .unwrap_or_default();
+        let entry = per_role.entry((roleset, role_of(pod))).or_default();
+        entry.0 += 1;
+        entry.1 += i32::from(pod.metadata.deletion_timestamp.is_none() && is_ready(pod));
+    }
+    for ((roleset, role), (present, ready)) in per_role {
+        let Some(&(_, replicas)) = roles.iter().find(|(name, _)| *name == role) else {
+            continue;
+        };
+        assert!(
+            present <= replicas + max_surge,
+            "event {event}: {roleset}/{role} has {present} pods, at most {} allowed",
+            replicas + max_surge
+        );
+        assert!(
+            ready >= replicas - max_unavailable,
+            "event {event}: {roleset}/{role} has {ready} Ready pods, at least {} required",
+            replicas - max_unavailable
+        );
+    }
+}
+
 /// The StormService budgets at one observed state: at most `max_present` RoleSets (counting
 /// terminating ones) and at least `min_ready` Ready.
 pub fn assert_roleset_budgets(

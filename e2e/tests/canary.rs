@@ -3,7 +3,6 @@
 //! duration, the manual gate holds until `squall promote` — and complete; abort returns to
 //! stable and retry restarts at step 0. Transitions carry their trigger in the events.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::operator::{counter_sum, shared_operator_admin, squall_bin};
@@ -623,8 +622,56 @@ fn shortened_sample(file: &str) -> Option<Value> {
     Some(sample)
 }
 
-/// Applies a canary sample, changes its first role's image and promotes at every manual
-/// gate until the canary completes, checking the role pod budgets at every observed state.
+/// A step of a sample as the test reads it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SampleStep {
+    Weight(u64),
+    Timed(Duration),
+    Gate,
+}
+
+fn sample_steps(sample: &Value) -> Vec<SampleStep> {
+    sample["spec"]["updateStrategy"]["canary"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(
+            |step| match (step["setWeight"].as_u64(), step["pause"].get("duration")) {
+                (Some(weight), _) => SampleStep::Weight(weight),
+                (None, Some(d)) => {
+                    let seconds = d.as_str().unwrap().trim_end_matches('s').parse().unwrap();
+                    SampleStep::Timed(Duration::from_secs(seconds))
+                }
+                (None, None) => SampleStep::Gate,
+            },
+        )
+        .collect()
+}
+
+/// The weight in force at step `index`: the last `setWeight` at or before it.
+fn weight_at(steps: &[SampleStep], index: usize) -> u64 {
+    steps[..=index]
+        .iter()
+        .rev()
+        .find_map(|s| match s {
+            SampleStep::Weight(w) => Some(*w),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Applies a canary sample, changes its first role's image and walks it to completion,
+/// promoting at every manual gate. Checked:
+/// - at every observed StormService state, each role's reported progress
+///   (`canaryStatus.roles`) targets `ceil(n × weight / 100)` for the step's weight and never
+///   has more updated than that; at every pause step the target is updated and Ready;
+/// - each timed pause lasts at least its duration on the test's clock (±1 s);
+/// - each manual gate still holds after the controller has reconciled a later generation,
+///   and opens with `squall promote`;
+/// - completion promotes the canary revision; steps opened by Ready pods say trigger=watch,
+///   timed pauses trigger=timer, gates trigger=user;
+/// - the role pod budgets hold at every observed pod state, and before the last promote no
+///   role has more canary pods than the last gate's weight allows.
 async fn walk_sample(file: &str, prefix: &str) {
     let Some(sample) = shortened_sample(file) else {
         return;
@@ -635,10 +682,11 @@ async fn walk_sample(file: &str, prefix: &str) {
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let pod_recorder = Recorder::start(pods.clone()).await;
+    let service_recorder = Recorder::start(api.clone()).await;
     let name = sample["metadata"]["name"].as_str().unwrap().to_string();
     let out = e2e::apply(ns.name(), &sample.to_string());
     assert!(out.success, "{}", out.stderr);
-    wait_for(&api, &name, "the sample Ready", TIMEOUT, |ss| {
+    let ready = wait_for(&api, &name, "the sample Ready", TIMEOUT, |ss| {
         ss.and_then(|s| s.status.as_ref()).is_some_and(|s| {
             s.current_revision == s.update_revision
                 && s.conditions
@@ -648,15 +696,38 @@ async fn walk_sample(file: &str, prefix: &str) {
         })
     })
     .await
+    .unwrap()
     .unwrap();
+    let stable = ready.status.unwrap().current_revision.unwrap();
     pod_recorder.catch_up(&pods).await;
     let start = pod_recorder.events().len();
-    let steps = sample["spec"]["updateStrategy"]["canary"]["steps"]
+    let steps = sample_steps(&sample);
+    let replicas = sample["spec"]["replicas"].as_u64().unwrap_or(1);
+    let roles: Vec<(String, u64)> = sample["spec"]["template"]["spec"]["roles"]
         .as_array()
         .unwrap()
-        .clone();
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["replicas"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect();
+    // What one role's canary count is measured in: RoleSets in replica mode, the role's pods
+    // in pooled mode (where only the changed first role moves).
+    let replica_mode = replicas > 1;
+    let units = |role: &str| {
+        if replica_mode {
+            replicas
+        } else {
+            roles.iter().find(|(r, _)| r == role).unwrap().1
+        }
+    };
+    let target = |role: &str, weight: u64| (units(role) * weight).div_ceil(100);
+
     change_image(&api, &name, "engine:canary").await;
-    let mut seen = Vec::new();
+    let mut last_promote_at = start;
     loop {
         let ss = wait_for(&api, &name, "a gate or completion", TIMEOUT, |ss| {
             let Some(c) = ss
@@ -665,9 +736,7 @@ async fn walk_sample(file: &str, prefix: &str) {
             else {
                 return false;
             };
-            let gate = steps
-                .get(c.current_step as usize)
-                .is_some_and(|s| s.get("pause").is_some_and(|p| p.get("duration").is_none()));
+            let gate = steps.get(c.current_step as usize) == Some(&SampleStep::Gate);
             c.phase == Some(CanaryPhase::Completed)
                 || (gate && c.phase == Some(CanaryPhase::Paused))
         })
@@ -675,10 +744,44 @@ async fn walk_sample(file: &str, prefix: &str) {
         .unwrap()
         .unwrap();
         let canary = ss.status.unwrap().canary_status.unwrap();
-        seen.push(canary.current_step);
         if canary.phase == Some(CanaryPhase::Completed) {
             break;
         }
+        // The controller reconciles a later generation (a spec change outside the template
+        // and the steps) and the gate still holds.
+        let bumped = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"revisionHistoryLimit": 20 + canary.current_step}})),
+            )
+            .await
+            .unwrap();
+        let held = wait_for(
+            &api,
+            &name,
+            "the later generation observed",
+            TIMEOUT,
+            |ss| {
+                ss.and_then(|s| s.status.as_ref())
+                    .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let held = held.status.unwrap().canary_status.unwrap();
+        assert_eq!(
+            (held.current_step, held.phase),
+            (canary.current_step, Some(CanaryPhase::Paused)),
+            "{file}: the gate holds"
+        );
+        assert!(
+            held.pause_conditions.is_some_and(|c| !c.is_empty()),
+            "{file}: the gate's pause condition is still there"
+        );
+        pod_recorder.catch_up(&pods).await;
+        last_promote_at = pod_recorder.events().len();
         let (code, output) = squall(&["promote", &name, "-n", ns.name()]);
         assert_eq!(code, 0, "{output}");
         wait_for(&api, &name, "past the gate", TIMEOUT, |ss| {
@@ -687,43 +790,178 @@ async fn walk_sample(file: &str, prefix: &str) {
         .await
         .unwrap();
     }
-    assert_eq!(
-        seen.last().copied(),
-        Some(steps.len() as i32 - 1),
-        "{file}: the last step completes ({seen:?})"
-    );
     let done = api.get(&name).await.unwrap().status.unwrap();
-    assert_eq!(done.current_revision, done.update_revision);
-    // Pod budgets of every role (maxSurge 0, maxUnavailable 1 by default) at every observed
-    // state: at most `replicas` pods per RoleSet role and at most one of them not Ready.
-    pod_recorder.catch_up(&pods).await;
-    e2e::roles::replay(&pod_recorder.events(), start, |i, state| {
-        let mut per_role: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
-        for pod in state.values() {
-            let key = (
-                pod.labels()["roleset-name"].clone(),
-                pod.labels()["role-name"].clone(),
+    let canary_revision = done.update_revision.clone().unwrap();
+    assert_eq!(
+        done.current_revision.as_deref(),
+        Some(canary_revision.as_str()),
+        "{file}: completion promotes the canary revision"
+    );
+    assert_ne!(canary_revision, stable);
+
+    // Every observed state of this canary.
+    service_recorder.catch_up(&api).await;
+    let states: Vec<(Instant, StormService)> = service_recorder
+        .timed_events()
+        .into_iter()
+        .flat_map(|(at, e)| {
+            e.applied()
+                .into_iter()
+                .map(move |s| (at, s.clone()))
+                .collect::<Vec<_>>()
+        })
+        .filter(|(_, s)| {
+            s.status
+                .as_ref()
+                .and_then(|s| s.canary_status.as_ref())
+                .is_some_and(|c| c.canary_revision.as_deref() == Some(canary_revision.as_str()))
+        })
+        .collect();
+    let changed: Vec<&str> = if replica_mode {
+        roles.iter().map(|(r, _)| r.as_str()).collect()
+    } else {
+        vec![roles[0].0.as_str()]
+    };
+    for (i, (_, ss)) in states.iter().enumerate() {
+        let c = ss.status.as_ref().unwrap().canary_status.as_ref().unwrap();
+        let step = c.current_step as usize;
+        let weight = weight_at(&steps, step);
+        let reported = c.roles.clone().unwrap_or_default();
+        let names: Vec<&str> = reported.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, changed, "{file} state {i}: the roles that move");
+        for role in &reported {
+            let want = target(&role.name, weight) as i32;
+            assert_eq!(
+                role.target, want,
+                "{file} state {i} (step {step}, weight {weight}%): {role:?}"
             );
-            let entry = per_role.entry(key).or_default();
-            entry.0 += 1;
-            entry.1 +=
-                usize::from(pod.metadata.deletion_timestamp.is_none() && e2e::roles::is_ready(pod));
+            assert!(
+                role.updated <= want,
+                "{file} state {i} (step {step}): {role:?} above the weight"
+            );
+            if steps[step] != SampleStep::Weight(weight) || c.phase == Some(CanaryPhase::Completed)
+            {
+                assert_eq!(
+                    (role.updated, role.updated_ready),
+                    (want, want),
+                    "{file} state {i} (step {step}): the {weight}% target is not updated and Ready"
+                );
+            }
         }
-        for ((roleset, role), (present, ready)) in per_role {
-            let want = sample["spec"]["template"]["spec"]["roles"]
-                .as_array()
+    }
+    // Timed pauses, on the test's clock: from the first state at the step to the first past it.
+    for (index, step) in steps.iter().enumerate() {
+        let SampleStep::Timed(duration) = *step else {
+            continue;
+        };
+        let at_step = |(_, ss): &&(Instant, StormService)| {
+            ss.status
+                .as_ref()
                 .unwrap()
+                .canary_status
+                .as_ref()
+                .unwrap()
+                .current_step as usize
+        };
+        let (entered, first) = states
+            .iter()
+            .find(|s| at_step(s) >= index)
+            .map(|s| (s.0, at_step(&s)))
+            .unwrap_or_else(|| panic!("{file}: step {index} never reached"));
+        assert_eq!(
+            first, index,
+            "{file}: the pause at step {index} was observed"
+        );
+        let left = states
+            .iter()
+            .find(|s| at_step(s) > index)
+            .map(|s| s.0)
+            .unwrap_or_else(|| panic!("{file}: never past step {index}"));
+        assert!(
+            left - entered + Duration::from_secs(1) >= duration,
+            "{file}: the {duration:?} pause at step {index} lasted {:?}",
+            left - entered
+        );
+    }
+    // What triggered each transition.
+    let events_api: Api<Event> = Api::namespaced(client.clone(), ns.name());
+    let expected: Vec<(String, String)> = steps
+        .iter()
+        .enumerate()
+        .filter_map(|(index, step)| match step {
+            SampleStep::Weight(_) if index + 1 == steps.len() => {
+                Some(("CanaryCompleted".to_string(), "trigger=watch".to_string()))
+            }
+            SampleStep::Weight(_) => None,
+            SampleStep::Timed(_) => Some((
+                "CanaryResumed".into(),
+                format!("pause at step {index} ended (duration elapsed); trigger=timer"),
+            )),
+            SampleStep::Gate => Some((
+                "CanaryResumed".into(),
+                format!("pause at step {index} ended (promoted); trigger=user"),
+            )),
+        })
+        .chain(
+            steps
                 .iter()
-                .find(|r| r["name"] == role.as_str())
-                .and_then(|r| r["replicas"].as_u64())
-                .unwrap_or(1) as usize;
+                .enumerate()
+                .filter(|(_, s)| !matches!(s, SampleStep::Weight(_)))
+                .map(|(index, _)| ("CanaryPaused".to_string(), format!("step {index}: "))),
+        )
+        .collect();
+    e2e::wait_for_all(
+        &events_api,
+        "an event for every transition",
+        TIMEOUT,
+        |all| {
+            expected.iter().all(|(reason, text)| {
+                all.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.note.as_deref().is_some_and(|n| n.contains(text.as_str()))
+                })
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let paused = events(&client, ns.name()).await;
+    for (reason, note) in paused.iter().filter(|(r, _)| r == "CanaryPaused") {
+        assert!(
+            note.ends_with("trigger=watch"),
+            "{file}: a pause step is entered when the previous weight is Ready: {reason} {note}"
+        );
+    }
+
+    // Pod budgets of every role (maxSurge 0, maxUnavailable 1 by default) at every observed
+    // state, and the last gate's weight never exceeded before its promote.
+    pod_recorder.catch_up(&pods).await;
+    let budget_roles: Vec<(&str, i32)> =
+        roles.iter().map(|(r, n)| (r.as_str(), *n as i32)).collect();
+    let last_gate = steps.iter().rposition(|s| *s == SampleStep::Gate).unwrap();
+    let gate_weight = weight_at(&steps, last_gate);
+    e2e::roles::replay(&pod_recorder.events(), start, |i, state| {
+        e2e::roles::assert_pod_budgets(i, state, &budget_roles, 0, 1);
+        if i >= last_promote_at {
+            return;
+        }
+        for (role, per_roleset) in &roles {
+            let canary_pods = state
+                .values()
+                .filter(|p| {
+                    e2e::roles::role_of(p) == *role
+                        && p.spec.as_ref().unwrap().containers[0].image.as_deref()
+                            == Some("engine:canary")
+                })
+                .count() as u64;
+            let most = if replica_mode {
+                target(role, gate_weight) * per_roleset
+            } else {
+                target(role, gate_weight)
+            };
             assert!(
-                present <= want,
-                "{file} event {i}: {roleset}/{role} has {present} pods, at most {want}"
-            );
-            assert!(
-                ready + 1 >= want,
-                "{file} event {i}: {roleset}/{role} has {ready} Ready of {want}"
+                canary_pods <= most,
+                "{file} event {i}: {canary_pods} {role} pods on the canary before the last promote, at most {most}"
             );
         }
     });

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::roles::{hash_of, is_ready, role_of, roleset, settled};
+use e2e::roles::{assert_pod_budgets, hash_of, is_ready, role_of, roleset, settled};
 use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -80,6 +80,7 @@ async fn upgrade_and_check_order(
 
     // Replay every observed state from the change on.
     let desired: BTreeMap<&str, i32> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
+    let budget_roles: Vec<(&str, i32)> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
     let mut state: BTreeMap<String, Pod> = BTreeMap::new();
     let events = recorder.events();
     let mut first_change: BTreeMap<String, usize> = BTreeMap::new();
@@ -101,24 +102,10 @@ async fn upgrade_and_check_order(
         if changes {
             first_change.entry(role.clone()).or_insert(i);
         }
+        // Budgets of the controller's own actions (maxSurge 0, maxUnavailable 1).
+        assert_pod_budgets(i, &state, &budget_roles, 0, 1);
         for (&name, &want) in &desired {
             let present: Vec<&Pod> = state.values().filter(|p| role_of(p) == name).collect();
-            let live: Vec<&&Pod> = present
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .collect();
-            let ready = live.iter().filter(|p| is_ready(p)).count() as i32;
-            // Budgets of the controller's own actions (maxSurge 0, maxUnavailable 1).
-            assert!(
-                present.len() as i32 <= want,
-                "event {i}: role {name} has {} pods, at most {want} allowed",
-                present.len()
-            );
-            assert!(
-                ready >= want - 1,
-                "event {i}: role {name} has {ready} Ready pods, at least {} required",
-                want - 1
-            );
             let updated = present.len() as i32 == want
                 && present.iter().all(|p| {
                     Some(&hash_of(p)) != old_hash.get(name)

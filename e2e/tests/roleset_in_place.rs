@@ -1,13 +1,14 @@
 //! `InPlaceIfPossible` roles on the local control plane (shared operator): an image change
 //! is patched into the live pods — names and UIDs kept — one pod at a time (maxUnavailable 1),
 //! and each update completes only once the kubelet emulation reports the new imageID; a
-//! change beyond images recreates the pods and says so with an `InPlaceFallback` event.
+//! change beyond images recreates the pods and says so with an `InPlaceFallback` event. The
+//! role budgets hold at every observed state of both.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use e2e::kubelet::apply_in_place_update;
-use e2e::roles::{hash_of, replay, roleset, settled};
+use e2e::roles::{assert_pod_budgets, hash_of, replay, roleset, settled};
 use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -176,6 +177,7 @@ async fn an_image_change_updates_pods_in_place_one_at_a_time() {
     );
     let mut reported: BTreeMap<String, usize> = BTreeMap::new();
     replay(&events, start, |i, state| {
+        assert_pod_budgets(i, state, &[("decode", 3)], 0, 1);
         let updating = state
             .values()
             .filter(|p| p.annotations().contains_key(TARGET))
@@ -207,7 +209,10 @@ async fn a_change_beyond_images_recreates_pods_with_a_fallback_event() {
     let ns = TestNamespace::create(&client, "fallback").await;
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let recorder = Recorder::start(pods.clone()).await;
     let before = ready_roleset(&rolesets, &pods).await;
+    recorder.catch_up(&pods).await;
+    let start = recorder.events().len();
 
     patch_template(
         &rolesets,
@@ -249,4 +254,9 @@ async fn a_change_beyond_images_recreates_pods_with_a_fallback_event() {
             .await
             .is_empty()
     );
+    // The recreation kept the role's budgets (maxSurge 0, maxUnavailable 1) throughout.
+    recorder.catch_up(&pods).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_pod_budgets(i, state, &[("decode", 3)], 0, 1)
+    });
 }

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use e2e::operator::{counter_sum, shared_operator_admin};
-use e2e::{TestNamespace, client, install_crds, wait_for, wait_for_all};
-use k8s_openapi::api::core::v1::Namespace;
+use e2e::roles::{assert_pod_budgets, replay};
+use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use squall::api::RoleSet;
@@ -48,7 +49,9 @@ async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
     )
     .await
     .unwrap();
-    let api: Api<RoleSet> = Api::namespaced(client, ns.name());
+    let api: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client, ns.name());
+    let recorder = Recorder::start(pods.clone()).await;
     let role = |name: &str| json!({"name": name, "replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "engine:1"}]}}});
     let roleset: RoleSet = serde_json::from_value(json!({
         "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
@@ -68,6 +71,8 @@ async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
     .await
     .unwrap();
     let create_writes = writes() - before;
+    recorder.catch_up(&pods).await;
+    let start = recorder.events().len();
 
     let patch: Vec<_> = (0..3)
         .map(|i| json!({"op": "replace", "path": format!("/spec/roles/{i}/template/spec/containers/0/image"), "value": "engine:2"}))
@@ -90,6 +95,12 @@ async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
     .await
     .unwrap();
     let roll_writes = writes() - before_roll;
+    // The writes bought a rollout within the role budgets (maxSurge 0, maxUnavailable 1).
+    recorder.catch_up(&pods).await;
+    let roles = [("router", 2), ("prefill", 2), ("decode", 2)];
+    replay(&recorder.events(), start, |i, state| {
+        assert_pod_budgets(i, state, &roles, 0, 1)
+    });
     println!("roleset writes: create {create_writes}, roll {roll_writes} (3 roles x 2 pods)");
 
     // 6 pod creates plus status patches, at most one per observed pod transition.

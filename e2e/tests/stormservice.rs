@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use e2e::roles::{assert_roleset_budgets, live_rolesets, replay, role_of, stormservice};
+use e2e::roles::{
+    assert_pod_budgets, assert_roleset_budgets, live_rolesets, replay, role_of, stormservice,
+};
 use e2e::{Recorder, TestNamespace, apply, client, documents, install_crds, shared_dir, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -331,6 +333,8 @@ async fn pooled_mode_updates_in_place_and_scales_roles_without_a_revision() {
             .collect()
     };
     let before = pods.list(&Default::default()).await.unwrap().items;
+    let recorder = Recorder::start(pods.clone()).await;
+    let start = recorder.events().len();
 
     patch(
         &api,
@@ -339,6 +343,11 @@ async fn pooled_mode_updates_in_place_and_scales_roles_without_a_revision() {
     )
     .await;
     wait_settled(&api, "pool", 2, "pool Ready after the decode change").await;
+    // The role budgets (maxSurge 0, maxUnavailable 1) at every observed pod state.
+    recorder.catch_up(&pods).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_pod_budgets(i, state, &[("prefill", 2), ("decode", 2)], 0, 1)
+    });
     let after = pods.list(&Default::default()).await.unwrap().items;
     let current: Vec<RoleSet> = rolesets.list(&Default::default()).await.unwrap().items;
     assert_eq!(current.len(), 1);

@@ -330,6 +330,17 @@ pub fn render(service: &StormService) -> String {
             if let Some(message) = &canary.message {
                 let _ = writeln!(out, "message: {message}");
             }
+            let unit = match canary.mode {
+                Some(crate::api::CanaryMode::Replica) => "RoleSets",
+                _ => "pods",
+            };
+            for role in canary.roles.iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "  canary {:<16} target {}  updated {}  ready {} ({unit})",
+                    role.name, role.target, role.updated, role.updated_ready
+                );
+            }
         }
     }
     let _ = writeln!(
@@ -377,5 +388,49 @@ fn waiting_for(canary: &crate::api::CanaryStatus, step: Option<&Step>) -> String
         (_, Some(Step::Pause(Some(d)))) => format!("the {d}s pause (or `squall promote`)"),
         (_, Some(Step::Weight(w))) => format!("the {w}% target to be updated and Ready"),
         (_, None) => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_table_shows_the_step_the_wait_and_each_roles_canary_progress() {
+        let service: StormService = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": "llm", "namespace": "team"},
+            "spec": {
+                "replicas": 4,
+                "selector": {"matchLabels": {"app": "llm"}},
+                "updateStrategy": {"canary": {"steps": [{"setWeight": 50}, {"pause": {}}]}},
+                "template": {"spec": {"roles": []}},
+            },
+            "status": {
+                "readyReplicas": 4, "updatedReplicas": 2,
+                "canaryStatus": {
+                    "currentStep": 1, "phase": "Paused", "mode": "Replica",
+                    "roles": [{"name": "decode", "target": 2, "updated": 2, "updatedReady": 1}],
+                },
+                "roleStatuses": [{"name": "decode", "replicas": 4, "readyReplicas": 4,
+                    "updatedReplicas": 2, "updatedReadyReplicas": 1}],
+            },
+        }))
+        .unwrap();
+        let table = render(&service);
+        assert!(
+            table.contains("step 1/2  weight 50%  mode Replica"),
+            "{table}"
+        );
+        assert!(table.contains("pause (until promoted)"), "{table}");
+        assert!(table.contains("waiting for: `squall promote`"), "{table}");
+        assert!(
+            table.contains("canary decode           target 2  updated 2  ready 1 (RoleSets)"),
+            "{table}"
+        );
+        assert!(
+            table.lines().last().unwrap().starts_with("decode"),
+            "{table}"
+        );
     }
 }

@@ -88,6 +88,8 @@ pub struct Context {
     events: Recorder,
     expectations: Mutex<HashMap<(String, String), Expectation>>,
     logged_generations: Mutex<HashSet<(String, i64)>>,
+    /// Failed reconciles in a row, by (kind, UID).
+    failures: Mutex<HashMap<(String, String), u32>>,
 }
 
 impl Context {
@@ -99,6 +101,7 @@ impl Context {
             metrics,
             expectations: Mutex::default(),
             logged_generations: Mutex::default(),
+            failures: Mutex::default(),
         }
     }
 
@@ -198,6 +201,26 @@ impl Context {
         }
     }
 
+    /// Counts one more failed reconcile of `object` in a row; returns the count.
+    fn failed<K: kube::Resource<DynamicType = ()>>(&self, object: &K) -> u32 {
+        let mut failures = self.failures.lock().expect("failures lock");
+        let count = failures.entry(Self::failure_key(object)).or_default();
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    /// Ends the run of failures of `object`.
+    fn succeeded<K: kube::Resource<DynamicType = ()>>(&self, object: &K) {
+        self.failures
+            .lock()
+            .expect("failures lock")
+            .remove(&Self::failure_key(object));
+    }
+
+    fn failure_key<K: kube::Resource<DynamicType = ()>>(object: &K) -> (String, String) {
+        (K::kind(&()).into_owned(), Self::key(object))
+    }
+
     /// True the first time a generation of `owner` is reconciled (to log once per rollout).
     pub fn first_pass_of_generation(&self, owner: &impl kube::Resource) -> bool {
         let generation = owner.meta().generation.unwrap_or_default();
@@ -208,16 +231,21 @@ impl Context {
     }
 }
 
-/// Runs one reconcile, recording its outcome and duration.
-async fn measured(
+/// Runs one reconcile of `object`, recording its outcome and duration; a success ends the
+/// object's run of failures (`retry_delay`).
+async fn measured<K: kube::Resource<DynamicType = ()>>(
     controller: &'static str,
+    object: Arc<K>,
     ctx: Arc<Context>,
     reconcile: impl std::future::Future<Output = Result<Action, Error>>,
 ) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let result = reconcile.await;
     let outcome = match &result {
-        Ok(_) => "ok",
+        Ok(_) => {
+            ctx.succeeded(&*object);
+            "ok"
+        }
         Err(Error::Waiting(_)) => "waiting",
         Err(_) => "error",
     };
@@ -226,14 +254,31 @@ async fn measured(
     result
 }
 
-fn error_policy<K: ResourceExt>(object: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
-    match error {
-        Error::Waiting(_) => Action::requeue(Duration::from_secs(2)),
-        _ => {
-            tracing::warn!(object = %object.name_any(), %error, "reconcile failed; retrying");
-            Action::requeue(Duration::from_secs(5))
-        }
+/// How long to wait before retrying an object whose reconcile failed `failures` times in a
+/// row: doubling from 1 s up to 5 minutes, so a persistent error (RBAC, a webhook that is
+/// down) is not hammered, while a one-off conflict is retried at once. Watch events still
+/// reconcile the object sooner.
+pub fn retry_delay(failures: u32) -> Duration {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(300);
+    FIRST
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(MAX)
+}
+
+fn error_policy<K>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    if let Error::Waiting(_) = error {
+        // Not a failure: children are still going away.
+        return Action::requeue(Duration::from_secs(2));
     }
+    let failures = ctx.failed(&*object);
+    let delay = retry_delay(failures);
+    tracing::warn!(kind = %K::kind(&()), namespace = %object.namespace().unwrap_or_default(),
+        object = %object.name_any(), %error, failures, retry_in = ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
 }
 
 /// The children of kind `K` of `owner`: listed in the owner's namespace by the label
@@ -383,7 +428,14 @@ async fn run_scope(
     .owns(scoped::<PodSet>(client, namespace), by_roleset())
     .graceful_shutdown_on(shutdown.clone())
     .run(
-        |roleset, ctx| measured("roleset", ctx.clone(), roleset::reconcile(roleset, ctx)),
+        |roleset, ctx| {
+            measured(
+                "roleset",
+                roleset.clone(),
+                ctx.clone(),
+                roleset::reconcile(roleset, ctx),
+            )
+        },
         error_policy,
         ctx.clone(),
     )
@@ -402,7 +454,14 @@ async fn run_scope(
     )
     .graceful_shutdown_on(shutdown.clone())
     .run(
-        |podset, ctx| measured("podset", ctx.clone(), podset::reconcile(podset, ctx)),
+        |podset, ctx| {
+            measured(
+                "podset",
+                podset.clone(),
+                ctx.clone(),
+                podset::reconcile(podset, ctx),
+            )
+        },
         error_policy,
         ctx.clone(),
     )
@@ -424,6 +483,7 @@ async fn run_scope(
         |service, ctx| {
             measured(
                 "stormservice",
+                service.clone(),
                 ctx.clone(),
                 stormservice::reconcile(service, ctx),
             )
@@ -437,4 +497,37 @@ async fn run_scope(
         }
     });
     futures::join!(stormservices, rolesets, podsets);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_from_one_second_up_to_five_minutes() {
+        let delays: Vec<u64> = (1..=11).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(retry_delay(u32::MAX), Duration::from_secs(300));
+        assert_eq!(retry_delay(0), Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn a_success_ends_the_run_of_failures_of_that_object_only() {
+        let ctx = Context::new(
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
+                .unwrap(),
+            Arc::new(Metrics::default()),
+        );
+        let object = |uid: &str| {
+            let mut rs = RoleSet::new("rs", Default::default());
+            rs.metadata.uid = Some(uid.into());
+            rs
+        };
+        assert_eq!(ctx.failed(&object("a")), 1);
+        assert_eq!(ctx.failed(&object("a")), 2);
+        assert_eq!(ctx.failed(&object("b")), 1);
+        ctx.succeeded(&object("a"));
+        assert_eq!(ctx.failed(&object("a")), 1, "a starts over");
+        assert_eq!(ctx.failed(&object("b")), 2, "b keeps its count");
+    }
 }

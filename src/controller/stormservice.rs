@@ -28,8 +28,8 @@ use crate::api::keys::{
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{
-    CanaryMode, CanaryPhase, RoleRollout, RoleSet, RoleSetTemplateSpec, RoleStatus, StormService,
-    StormServiceStatus, StormServiceUpdateStrategyType,
+    CanaryMode, CanaryPhase, CanaryRoleStatus, RoleRollout, RoleSet, RoleSetTemplateSpec,
+    RoleStatus, StormService, StormServiceStatus, StormServiceUpdateStrategyType,
 };
 use crate::controller::render::shorten_keep_prefix;
 use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
@@ -128,7 +128,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     } else {
         with_live_replicas(template_of(&revisions.current)?, &update_template)
     };
-    let canary = evaluate_canary(
+    let mut canary = evaluate_canary(
         service,
         &fresh,
         &revisions,
@@ -137,6 +137,19 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         &update_template,
         &current_template,
     );
+    if let Some(pass) = canary.as_mut() {
+        let progress = canary_progress(
+            pass,
+            &rolesets,
+            desired,
+            &update_name,
+            &update_template,
+            &current_template,
+        );
+        if let Some(status) = pass.decision.status.as_mut() {
+            status.roles = Some(progress);
+        }
+    }
     let aborting = canary.as_ref().is_some_and(|c| c.decision.aborting);
     let pooled = canary
         .as_ref()
@@ -493,6 +506,69 @@ fn pooled_spec(
         });
     }
     spec
+}
+
+/// `canaryStatus.roles` (SPEC §3.1): per role, what the step moves and how far it got —
+/// RoleSets on the canary revision in replica mode (every role moves with its RoleSet),
+/// canary pods of each changed role in pooled mode. Read from the RoleSets observed at the
+/// start of the pass, like the rest of the status.
+fn canary_progress(
+    pass: &CanaryPass,
+    rolesets: &[RoleSet],
+    desired: u32,
+    canary_revision: &str,
+    update: &RoleSetTemplateSpec,
+    current: &RoleSetTemplateSpec,
+) -> Vec<CanaryRoleStatus> {
+    let weight = if pass.decision.aborting {
+        0
+    } else {
+        pass.decision.weight
+    };
+    let on_canary: Vec<&RoleSet> = rolesets
+        .iter()
+        .filter(|r| {
+            r.metadata.deletion_timestamp.is_none()
+                && r.labels()
+                    .get(LABEL_STORM_SERVICE_REVISION)
+                    .map(String::as_str)
+                    == Some(canary_revision)
+        })
+        .collect();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let roles = update.spec.iter().flat_map(|s| s.roles.iter().flatten());
+    match pass.mode {
+        CanaryMode::Replica => roles
+            .map(|role| CanaryRoleStatus {
+                name: role.name.clone(),
+                target: count(target(desired, weight) as usize),
+                updated: count(on_canary.len()),
+                updated_ready: count(on_canary.iter().filter(|r| fresh_ready(r)).count()),
+            })
+            .collect(),
+        CanaryMode::Pooled => roles
+            .filter(|role| {
+                role_hash(current, &role.name)
+                    != Some(template_hash(&role.template.clone().unwrap_or_default()))
+            })
+            .map(|role| {
+                let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+                let observed = on_canary
+                    .iter()
+                    .flat_map(|r| r.status.iter().flat_map(|s| s.roles.iter().flatten()))
+                    .filter(|s| s.name == role.name);
+                let (updated, updated_ready) = observed.fold((0, 0), |(u, r), s| {
+                    (u + s.updated_replicas, r + s.updated_ready_replicas)
+                });
+                CanaryRoleStatus {
+                    name: role.name.clone(),
+                    target: count(target(replicas, weight).min(replicas) as usize),
+                    updated,
+                    updated_ready,
+                }
+            })
+            .collect(),
+    }
 }
 
 /// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.

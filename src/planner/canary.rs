@@ -340,10 +340,14 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                     let expired = duration.is_some_and(|d| {
                         let started = status.step_start_time.as_ref().map_or(input.now, seconds);
                         let waited = input.now - started - status.paused_seconds.unwrap_or(0);
-                        if waited >= d as i64 {
+                        // `stepStartTime` is stored in whole seconds, so the step began up to
+                        // a second after it: only a wait past `d` whole seconds is sure to
+                        // have lasted `d` (a zero pause does not wait).
+                        let needed = if d == 0 { 0 } else { d as i64 + 1 };
+                        if waited >= needed {
                             true
                         } else {
-                            requeue_after = Some((d as i64 - waited).max(1) as u64);
+                            requeue_after = Some((needed - waited).max(1) as u64);
                             false
                         }
                     });
@@ -528,7 +532,11 @@ mod tests {
         );
         assert_eq!(reasons(&next), [("CanaryPaused", "watch")]);
         assert!(has_gate(next.status.as_ref().unwrap()));
-        assert_eq!(next.requeue_after, Some(10), "the timer is set on entry");
+        assert_eq!(
+            next.requeue_after,
+            Some(11),
+            "the timer is set on entry, for 10 s past a start stored in whole seconds"
+        );
     }
 
     #[test]
@@ -538,10 +546,15 @@ mod tests {
         assert_eq!(at(&early).0, 1);
         assert_eq!(
             early.requeue_after,
-            Some(5),
-            "requeued for exactly the remaining time"
+            Some(6),
+            "requeued for the remaining time (the start is stored in whole seconds)"
         );
-        let done = step(&input(Some(&paused), 110, true));
+        // Entered at 100 (stored in whole seconds, so really in [100, 101)): at 110 the
+        // pause may have lasted only 9 s and still holds; at 111 it surely lasted 10.
+        let boundary = step(&input(Some(&paused), 110, true));
+        assert_eq!(at(&boundary).0, 1, "not over before its duration");
+        assert!(boundary.transitions.is_empty());
+        let done = step(&input(Some(&paused), 111, true));
         assert_eq!(
             at(&done),
             (
@@ -582,18 +595,20 @@ mod tests {
         assert_eq!(after.status.as_ref().unwrap().paused_seconds, Some(17));
         assert_eq!(
             after.requeue_after,
-            Some(7),
-            "3 s waited before the pause, 7 s left"
+            Some(8),
+            "3 s waited before the pause, 7 s left (+1 for the whole-second start)"
         );
         let status = after.status.unwrap();
-        let done = step(&input(Some(&status), 127, true));
+        let early = step(&input(Some(&status), 127, true));
+        assert_eq!(at(&early).0, 1);
+        let done = step(&input(Some(&status), 128, true));
         assert_eq!(at(&done).0, 2);
     }
 
     #[test]
     fn a_manual_gate_holds_through_pause_and_resume_until_promoted() {
         let paused = at_timed_pause();
-        let at_50 = step(&input(Some(&paused), 110, true)).status.unwrap();
+        let at_50 = step(&input(Some(&paused), 111, true)).status.unwrap();
         let gate = step(&input(Some(&at_50), 111, true));
         assert_eq!(
             at(&gate),
