@@ -24,6 +24,13 @@ pub fn squall_bin() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target/debug/squall"))
 }
 
+/// What the shared operator started by `e2e/operator.sh` has logged so far.
+pub fn shared_operator_log() -> String {
+    let path = cluster_dir().join("logs/squall.log");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the shared operator's log {}: {e}", path.display()))
+}
+
 /// The admin address of the shared operator started by `e2e/operator.sh`.
 pub fn shared_operator_admin() -> SocketAddr {
     let env = std::fs::read_to_string(cluster_dir().join("operator.env"))

@@ -45,6 +45,34 @@ fn squall(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// Runs `kubectl squall ARGS` with the squall binary on `PATH` as the plugin
+/// `kubectl-squall`; returns its standard output (a failure fails the test).
+fn kubectl_squall(args: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("squall-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-squall");
+    if !plugin.exists() {
+        std::os::unix::fs::symlink(squall_bin(), &plugin).unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new(e2e::kubectl_path())
+        .arg("squall")
+        .args(args)
+        .env("PATH", path)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl squall {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn canary_at(ss: Option<&StormService>, step: i32) -> bool {
     ss.and_then(|s| s.status.as_ref())
         .and_then(|s| s.canary_status.as_ref())
@@ -140,6 +168,15 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
     .unwrap()
     .unwrap();
     assert_eq!(phase(Some(&gate)), Some(CanaryPhase::Paused));
+    // As a kubectl plugin, `squall status` shows the gate and each role's canary progress.
+    let status = kubectl_squall(&["status", "llm", "-n", ns.name()]);
+    for expected in [
+        "canary: phase Paused  step 3/4  weight 50%  mode Replica",
+        "waiting for: `squall promote`",
+        "canary decode           target 2  updated 2  ready 2 (RoleSets)",
+    ] {
+        assert!(status.contains(expected), "{expected:?} in:\n{status}");
+    }
     recorder.catch_up(&rolesets).await;
     let before_promote = recorder.events().len();
 
@@ -240,6 +277,7 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
     let stable = create_ready(&api, service("llm", 4, &[("decode", 1)])).await;
     let recorder = Recorder::start(rolesets.clone()).await;
+    let service_recorder = Recorder::start(api.clone()).await;
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
     change_image(&api, "llm", "engine:2").await;
@@ -292,6 +330,23 @@ async fn abort_returns_to_stable_and_retry_restarts_at_step_zero() {
     )
     .await
     .unwrap();
+    // The first state after the abort that is not Aborted is the retried canary at step 0.
+    service_recorder.catch_up(&api).await;
+    let phases: Vec<(Option<CanaryPhase>, i32)> = service_recorder
+        .states_of("llm")
+        .into_iter()
+        .filter_map(|s| s.status?.canary_status)
+        .map(|c| (c.phase, c.current_step))
+        .collect();
+    let aborted = phases
+        .iter()
+        .position(|p| p.0 == Some(CanaryPhase::Aborted))
+        .expect("an Aborted state");
+    let retried = phases[aborted..]
+        .iter()
+        .find(|p| p.0 != Some(CanaryPhase::Aborted))
+        .expect("a state after the retry");
+    assert_eq!(retried.1, 0, "retry restarts at step 0: {phases:?}");
     // The budgets held through the abort, the retry and the full promote.
     recorder.catch_up(&rolesets).await;
     replay(&recorder.events(), start, |i, state| {
@@ -375,7 +430,7 @@ async fn a_pooled_canary_moves_pods_of_the_changed_role_only() {
     )
     .await
     .unwrap();
-    e2e::wait_for_all(&pods, "3 of 6 decode pods on the canary", TIMEOUT, |all| {
+    let scaled = e2e::wait_for_all(&pods, "3 of 6 decode pods on the canary", TIMEOUT, |all| {
         let decode: Vec<&Pod> = all
             .iter()
             .filter(|p| {
@@ -391,6 +446,18 @@ async fn a_pooled_canary_moves_pods_of_the_changed_role_only() {
         canary_at(Some(&still), 3),
         "the scale kept the canary at its gate"
     );
+    // Only pods were added: every pod of the gate is still there, none replaced.
+    let uids = |pods: &[Pod]| -> std::collections::BTreeSet<String> {
+        pods.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| p.uid().unwrap())
+            .collect()
+    };
+    assert!(
+        uids(&scaled).is_superset(&uids(&at_gate)),
+        "the scale replaced pods"
+    );
+    assert_eq!(uids(&scaled).len(), uids(&at_gate).len() + 2);
     let (code, output) = squall(&["promote", "pool", "-n", ns.name()]);
     assert_eq!(code, 0, "{output}");
     wait_for(&api, "pool", "completed", TIMEOUT, |ss| {
@@ -524,6 +591,91 @@ async fn without_surge_a_canary_completes_and_pause_new_revision_and_promote_beh
     recorder.catch_up(&rolesets).await;
     replay(&recorder.events(), start, |i, state| {
         assert_roleset_budgets(i, state, 4, 3)
+    });
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn editing_the_steps_mid_canary_warns_at_kubectl_and_restarts_at_step_zero() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "editsteps").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    create_ready(&api, service("llm", 4, &[("decode", 1)])).await;
+    let recorder = Recorder::start(rolesets.clone()).await;
+    let service_recorder = Recorder::start(api.clone()).await;
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+    change_image(&api, "llm", "engine:2").await;
+    let gate = wait_for(&api, "llm", "the manual gate", TIMEOUT, |ss| {
+        canary_at(ss, 3)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let old_hash = gate.status.unwrap().canary_status.unwrap().steps_hash;
+
+    let out = e2e::kubectl(
+        &[
+            "patch",
+            "-n",
+            ns.name(),
+            "stormservice/llm",
+            "--type=json",
+            "-p",
+            // 75 % of 4 is 3 RoleSets, one more than the gate holds: step 0 has work to do.
+            r#"[{"op": "replace", "path": "/spec/updateStrategy/canary/steps", "value": [{"setWeight": 75}, {"pause": {}}, {"setWeight": 100}]}]"#,
+        ],
+        None,
+    );
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("Warning: ")
+            && out.stderr.contains(
+                "editing canary steps while a canary is in progress restarts it at step 0"
+            ),
+        "kubectl shows the admission warning: {}",
+        out.stderr
+    );
+    wait_for(&api, "llm", "the canary restarted", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.canary_status.as_ref())
+            .is_some_and(|c| c.steps_hash != old_hash)
+    })
+    .await
+    .unwrap();
+    service_recorder.catch_up(&api).await;
+    let first = service_recorder
+        .states_of("llm")
+        .into_iter()
+        .filter_map(|s| s.status?.canary_status)
+        .find(|c| c.steps_hash != old_hash)
+        .unwrap();
+    assert_eq!(first.current_step, 0, "the edited steps start at step 0");
+    // Events follow the status write that they report.
+    let events_api: Api<Event> = Api::namespaced(client.clone(), ns.name());
+    e2e::wait_for_all(&events_api, "the CanaryRestarted event", TIMEOUT, |all| {
+        all.iter().any(|e| {
+            e.reason.as_deref() == Some("CanaryRestarted")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("steps were edited"))
+        })
+    })
+    .await
+    .unwrap();
+
+    let (code, output) = squall(&["promote", "llm", "--full", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
+    wait_for(&api, "llm", "completed", TIMEOUT, |ss| {
+        phase(ss) == Some(CanaryPhase::Completed)
+    })
+    .await
+    .unwrap();
+    recorder.catch_up(&rolesets).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3)
     });
 }
 
@@ -1027,6 +1179,21 @@ async fn a_global_pause_stops_the_pause_clock_and_reverting_the_template_rolls_b
     let (code, output) = squall(&["resume", "llm", "-n", ns.name()]);
     assert_eq!(code, 0, "{output}");
     let paused_for = paused_at.elapsed();
+    // The mechanism: the time paused is added to the pause step's `pausedSeconds`.
+    let resumed = wait_for(&api, "llm", "the paused time recorded", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.canary_status.as_ref())
+            .is_some_and(|c| c.current_step > 1 || c.paused_seconds.unwrap_or(0) > 0)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let canary = resumed.status.unwrap().canary_status.unwrap();
+    assert_eq!(
+        canary.current_step, 1,
+        "still in the timed pause once resumed"
+    );
+    assert!(canary.paused_seconds.unwrap_or(0) >= 1);
     wait_for(&api, "llm", "the manual gate", TIMEOUT, |ss| {
         canary_at(ss, 3)
     })

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use e2e::operator::shared_operator_log;
 use e2e::roles::{assert_pod_budgets, hash_of, is_ready, role_of, roleset, settled};
 use e2e::{Observed, Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
@@ -117,6 +118,31 @@ async fn upgrade_and_check_order(
             }
         }
     }
+    // The upgrade sequence is logged once for the rollout, though the RoleSet was
+    // reconciled many times on the way.
+    let sequence = expected
+        .iter()
+        .map(|name| {
+            let order = roles.iter().find(|r| r.0 == *name).unwrap().2;
+            format!("{name}({})", order.unwrap_or(0))
+        })
+        .collect::<Vec<_>>()
+        .join(" -> ");
+    let log = shared_operator_log();
+    let logged: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains("sequential upgrade order")
+                && l.contains(&format!("namespace={}", ns.name()))
+                && l.contains("roleset=rs")
+        })
+        .collect();
+    assert_eq!(logged.len(), 1, "one sequence line: {logged:#?}");
+    assert!(
+        logged[0].contains(&format!("sequence={sequence}")),
+        "{}",
+        logged[0]
+    );
     for pair in expected.windows(2) {
         let (before, after) = (pair[0], pair[1]);
         let finished = done

@@ -285,6 +285,7 @@ async fn a_timed_pause_resumes_with_its_remaining_time_after_an_operator_restart
     let ns = TestNamespace::create(&client, "pauserestart").await;
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let operator = Operator::start("pause-restart", UNCHECKED);
+    let recorder = Recorder::start(api.clone()).await;
     let mut ss = stormservice("llm", 2, json!({"app": "llm"}));
     ss.spec.update_strategy.as_mut().unwrap().canary = Some(
         serde_json::from_value(json!({"steps": [
@@ -326,6 +327,21 @@ async fn a_timed_pause_resumes_with_its_remaining_time_after_an_operator_restart
         entered.elapsed() + Duration::from_secs(1) >= Duration::from_secs(PAUSE),
         "the pause ended after {:?}, before its {PAUSE}s",
         entered.elapsed()
+    );
+    // The mechanism: the restarted operator kept the stored start of the pause (it neither
+    // restarted the clock nor skipped the rest), and nothing was paused meanwhile.
+    recorder.catch_up(&api).await;
+    let in_pause: Vec<_> = recorder
+        .states_of("llm")
+        .into_iter()
+        .filter_map(|s| s.status?.canary_status)
+        .filter(|c| c.current_step == 1)
+        .map(|c| (c.step_start_time, c.paused_seconds.unwrap_or(0)))
+        .collect();
+    assert!(!in_pause.is_empty(), "the pause step was observed");
+    assert!(
+        in_pause.iter().all(|p| *p == in_pause[0]),
+        "one start time and no paused time through the restart: {in_pause:?}"
     );
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), ns.name());

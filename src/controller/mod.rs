@@ -221,7 +221,8 @@ impl Context {
         (K::kind(&()).into_owned(), Self::key(object))
     }
 
-    /// True the first time a generation of `owner` is reconciled (to log once per rollout).
+    /// True the first time this is asked for a generation of `owner` (to log once per
+    /// rollout).
     pub fn first_pass_of_generation(&self, owner: &impl kube::Resource) -> bool {
         let generation = owner.meta().generation.unwrap_or_default();
         self.logged_generations

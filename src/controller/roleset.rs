@@ -278,7 +278,16 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             .map(|(r, _)| r.upgrade_order_or_default())
             .collect::<Vec<_>>(),
     );
-    if strategy == RoleSetUpdateStrategy::Sequential && ctx.first_pass_of_generation(roleset) {
+    // A rollout is under way when some live pod is off its role's template.
+    let rolling = inputs.iter().any(|role| {
+        role.pods
+            .iter()
+            .any(|p| !p.terminating && p.hash != role.target_hash)
+    });
+    if strategy == RoleSetUpdateStrategy::Sequential
+        && rolling
+        && ctx.first_pass_of_generation(roleset)
+    {
         let order: Vec<String> = sequence
             .iter()
             .map(|&i| {

@@ -28,8 +28,9 @@ use crate::api::keys::{
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{
-    CanaryMode, CanaryPhase, CanaryRoleStatus, RoleRollout, RoleSet, RoleSetTemplateSpec,
-    RoleStatus, StormService, StormServiceStatus, StormServiceUpdateStrategyType,
+    CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, RoleRollout, RoleSet,
+    RoleSetTemplateSpec, RoleStatus, StormService, StormServiceStatus,
+    StormServiceUpdateStrategyType,
 };
 use crate::controller::render::shorten_keep_prefix;
 use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
@@ -145,6 +146,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             &update_name,
             &update_template,
             &current_template,
+            fresh.status.as_ref().and_then(|s| s.canary_status.as_ref()),
         );
         if let Some(status) = pass.decision.status.as_mut() {
             status.roles = Some(progress);
@@ -511,7 +513,9 @@ fn pooled_spec(
 /// `canaryStatus.roles` (SPEC §3.1): per role, what the step moves and how far it got —
 /// RoleSets on the canary revision in replica mode (every role moves with its RoleSet),
 /// canary pods of each changed role in pooled mode. Read from the RoleSets observed at the
-/// start of the pass, like the rest of the status.
+/// start of the pass, like the rest of the status; a pooled RoleSet whose status predates
+/// its spec (its counts are of the previous template or partition) keeps the counts
+/// `previous` reported.
 fn canary_progress(
     pass: &CanaryPass,
     rolesets: &[RoleSet],
@@ -519,6 +523,7 @@ fn canary_progress(
     canary_revision: &str,
     update: &RoleSetTemplateSpec,
     current: &RoleSetTemplateSpec,
+    previous: Option<&CanaryStatus>,
 ) -> Vec<CanaryRoleStatus> {
     let weight = if pass.decision.aborting {
         0
@@ -553,13 +558,23 @@ fn canary_progress(
             })
             .map(|role| {
                 let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
-                let observed = on_canary
-                    .iter()
-                    .flat_map(|r| r.status.iter().flat_map(|s| s.roles.iter().flatten()))
-                    .filter(|s| s.name == role.name);
-                let (updated, updated_ready) = observed.fold((0, 0), |(u, r), s| {
-                    (u + s.updated_replicas, r + s.updated_ready_replicas)
+                let stale = on_canary.iter().any(|r| {
+                    r.status.as_ref().and_then(|s| s.observed_generation) != r.metadata.generation
                 });
+                let reported = previous
+                    .filter(|p| p.canary_revision.as_deref() == Some(canary_revision))
+                    .and_then(|p| p.roles.iter().flatten().find(|r| r.name == role.name));
+                let (updated, updated_ready) = match reported {
+                    Some(r) if stale => (r.updated, r.updated_ready),
+                    _ if stale => (0, 0),
+                    _ => on_canary
+                        .iter()
+                        .flat_map(|r| r.status.iter().flat_map(|s| s.roles.iter().flatten()))
+                        .filter(|s| s.name == role.name)
+                        .fold((0, 0), |(u, r), s| {
+                            (u + s.updated_replicas, r + s.updated_ready_replicas)
+                        }),
+                };
                 CanaryRoleStatus {
                     name: role.name.clone(),
                     target: count(target(replicas, weight).min(replicas) as usize),
@@ -1311,4 +1326,121 @@ async fn write_status(
         requeue = Action::requeue(Duration::from_secs(seconds));
     }
     Ok(requeue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(image: &str, replicas: i32) -> RoleSetTemplateSpec {
+        serde_json::from_value(json!({"spec": {"roles": [
+            {"name": "decode", "replicas": replicas,
+             "template": {"spec": {"containers": [{"name": "c", "image": image}]}}},
+            {"name": "router", "replicas": 1,
+             "template": {"spec": {"containers": [{"name": "c", "image": "router:1"}]}}},
+        ]}}))
+        .unwrap()
+    }
+
+    /// The pooled RoleSet on `revision` at `generation`, its status computed at `observed`
+    /// with `updated` / `ready` decode pods on its template.
+    fn pooled(revision: &str, generation: i64, observed: i64, updated: i32, ready: i32) -> RoleSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "pool-0", "generation": generation,
+                "labels": {LABEL_STORM_SERVICE_REVISION: revision}},
+            "spec": {"roles": []},
+            "status": {"observedGeneration": observed, "roles": [{"name": "decode",
+                "replicas": 4, "updatedReplicas": updated, "updatedReadyReplicas": ready}]},
+        }))
+        .unwrap()
+    }
+
+    fn pass(mode: CanaryMode, weight: u32) -> CanaryPass {
+        CanaryPass {
+            decision: CanaryDecision {
+                weight,
+                ..CanaryDecision::default()
+            },
+            mode,
+        }
+    }
+
+    #[test]
+    fn pooled_progress_counts_the_changed_roles_pods_and_keeps_counts_over_a_stale_status() {
+        let (update, current) = (template("engine:2", 4), template("engine:1", 4));
+        let progress = |roleset: RoleSet, previous: Option<&CanaryStatus>| {
+            canary_progress(
+                &pass(CanaryMode::Pooled, 50),
+                &[roleset],
+                1,
+                "canary",
+                &update,
+                &current,
+                previous,
+            )
+        };
+        let fresh = progress(pooled("canary", 3, 3, 2, 1), None);
+        assert_eq!(
+            fresh,
+            [CanaryRoleStatus {
+                name: "decode".into(),
+                target: 2,
+                updated: 2,
+                updated_ready: 1
+            }],
+            "only the changed role, its target ceil(4 × 50 %)"
+        );
+        // The RoleSet's status still describes its previous spec (all 4 pods "updated" to
+        // the old template): the counts reported before stand.
+        let before = CanaryStatus {
+            canary_revision: Some("canary".into()),
+            roles: Some(fresh.clone()),
+            ..CanaryStatus::default()
+        };
+        let stale = progress(pooled("canary", 4, 3, 4, 4), Some(&before));
+        assert_eq!((stale[0].updated, stale[0].updated_ready), (2, 1));
+        let unknown = progress(pooled("canary", 4, 3, 4, 4), None);
+        assert_eq!((unknown[0].updated, unknown[0].updated_ready), (0, 0));
+    }
+
+    #[test]
+    fn replica_progress_counts_live_rolesets_on_the_canary_revision() {
+        let ready = |name: &str, revision: &str| -> RoleSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "generation": 1,
+                    "labels": {LABEL_STORM_SERVICE_REVISION: revision}},
+                "spec": {"roles": []},
+                "status": {"observedGeneration": 1,
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap()
+        };
+        let mut terminating = ready("c", "canary");
+        terminating.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let mut not_ready = ready("d", "canary");
+        not_ready.status.as_mut().unwrap().conditions = None;
+        let rolesets = [
+            ready("a", "canary"),
+            ready("b", "stable"),
+            terminating,
+            not_ready,
+        ];
+        let template = template("engine:2", 1);
+        let progress = canary_progress(
+            &pass(CanaryMode::Replica, 25),
+            &rolesets,
+            4,
+            "canary",
+            &template,
+            &template,
+            None,
+        );
+        assert_eq!(progress.len(), 2, "every role moves with its RoleSet");
+        for role in progress {
+            assert_eq!((role.target, role.updated, role.updated_ready), (1, 2, 1));
+        }
+    }
 }
