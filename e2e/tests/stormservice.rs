@@ -188,6 +188,15 @@ async fn replica_mode_rolls_within_budgets_rolls_back_and_truncates_history() {
     assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
     assert_eq!(headless.selector.unwrap()["storm-service-name"], "llm");
     assert_eq!(headless.publish_not_ready_addresses, Some(true));
+    // Another tool's metadata on the Service: squall patches its own fields only.
+    services
+        .patch(
+            "llm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"example.com/owner": "netops"}}})),
+        )
+        .await
+        .unwrap();
     let status = first.status.clone().unwrap();
     assert_eq!(
         (
@@ -234,6 +243,15 @@ async fn replica_mode_rolls_within_budgets_rolls_back_and_truncates_history() {
         );
     });
     assert_eq!(seen_new, 4, "every RoleSet was replaced");
+    let service = services.get("llm").await.unwrap();
+    assert_eq!(
+        service
+            .annotations()
+            .get("example.com/owner")
+            .map(String::as_str),
+        Some("netops"),
+        "the headless Service is patched, never replaced"
+    );
     let after = live_rolesets(&rolesets).await;
     let indexes: BTreeSet<String> = after
         .iter()
