@@ -327,3 +327,99 @@ async fn stateful_roles_keep_one_pod_per_slot_through_an_upgrade() {
         );
     }
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_topology_policy_change_reaches_new_pods_and_warns_of_the_old_ones() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "topology").await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    // A RoleSet as a StormService renders it: the affinity matches on its service label.
+    let mut rs = roleset("rs", &[("decode", 2, None)], "engine:1");
+    rs.metadata.labels = Some([("storm-service-name".to_string(), "svc".to_string())].into());
+    rs.spec.topology_policy = Some(
+        serde_json::from_value(json!({"scope": "RoleSet", "key": "topology.kubernetes.io/zone"}))
+            .unwrap(),
+    );
+    rolesets.create(&PostParams::default(), &rs).await.unwrap();
+    wait_for(&rolesets, "rs", "RoleSet rs Ready", TIMEOUT, |rs| {
+        settled(rs, 1)
+    })
+    .await
+    .unwrap();
+    let keys = |pod: &Pod| -> Vec<String> {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .into_iter()
+            .flatten()
+            .map(|t| t.pod_affinity_term.topology_key.clone())
+            .collect()
+    };
+    let before = pods.list(&Default::default()).await.unwrap().items;
+    for pod in &before {
+        assert_eq!(keys(pod), ["topology.kubernetes.io/zone"]);
+    }
+
+    rolesets
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"topologyPolicy": {"key": "kubernetes.io/hostname"}}})),
+        )
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), ns.name());
+    let warned = e2e::wait_for_all(&events, "the pending-replacement warning", TIMEOUT, |all| {
+        all.iter()
+            .any(|e| e.reason.as_deref() == Some("TopologyPolicyPendingPodReplacement"))
+    })
+    .await
+    .unwrap();
+    let warning = warned
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("TopologyPolicyPendingPodReplacement"))
+        .unwrap();
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        warning
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("do not update 2 active Pod(s) and 0 PodSet template(s)")),
+        "{:?}",
+        warning.note
+    );
+    let kept = pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(
+        kept.iter().map(|p| p.uid()).collect::<Vec<_>>(),
+        before.iter().map(|p| p.uid()).collect::<Vec<_>>(),
+        "a policy change replaces no pod"
+    );
+
+    // A replacement pod gets the new affinity.
+    pods.delete(
+        &before[0].name_any(),
+        &DeleteParams::default().grace_period(0),
+    )
+    .await
+    .unwrap();
+    let replaced = e2e::wait_for_all(&pods, "a replacement pod", TIMEOUT, |all| {
+        all.iter()
+            .any(|p| !before.iter().any(|b| b.uid() == p.uid()))
+    })
+    .await
+    .unwrap();
+    let new = replaced
+        .iter()
+        .find(|p| !before.iter().any(|b| b.uid() == p.uid()))
+        .unwrap();
+    assert_eq!(keys(new), ["kubernetes.io/hostname"]);
+}

@@ -158,6 +158,53 @@ async fn every_upstream_sample_reaches_ready_with_its_rolesets_and_pods() {
                         );
                     }
                 }
+                // A topology policy reaches every pod, gang pods included, as pod affinity.
+                let policy = &service["spec"]["template"]["spec"]["topologyPolicy"];
+                if policy.is_object() {
+                    for pod in all_pods.iter().filter(|p| {
+                        p.labels().get("storm-service-name").map(String::as_str) == Some(name)
+                    }) {
+                        let scope_label = match policy["scope"].as_str().unwrap() {
+                            "RoleSet" => {
+                                Some(("roleset-name", pod.labels()["roleset-name"].clone()))
+                            }
+                            "Role" => Some(("role-name", role_of(pod))),
+                            _ => None,
+                        };
+                        let mut labels = json!({"storm-service-name": name});
+                        if let Some((key, value)) = scope_label {
+                            labels[key] = json!(value);
+                        }
+                        let term = json!({"labelSelector": {"matchLabels": labels},
+                            "topologyKey": policy["key"]});
+                        let affinity = serde_json::to_value(
+                            pod.spec
+                                .as_ref()
+                                .unwrap()
+                                .affinity
+                                .as_ref()
+                                .and_then(|a| a.pod_affinity.as_ref()),
+                        )
+                        .unwrap();
+                        let found = if policy["mode"] == "Required" {
+                            affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+                                .as_array()
+                                .is_some_and(|t| t.contains(&term))
+                        } else {
+                            affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+                                .as_array()
+                                .is_some_and(|t| {
+                                    t.contains(&json!({"weight": 100, "podAffinityTerm": term}))
+                                })
+                        };
+                        assert!(
+                            found,
+                            "{}: pod {} lacks {term} in {affinity}",
+                            file.display(),
+                            pod.name_any()
+                        );
+                    }
+                }
             }
         });
     }

@@ -87,7 +87,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     events: Recorder,
     expectations: Mutex<HashMap<(String, String), Expectation>>,
-    logged_generations: Mutex<HashSet<(String, i64)>>,
+    logged_generations: Mutex<HashSet<(String, &'static str, i64)>>,
     /// Failed reconciles in a row, by (kind, UID).
     failures: Mutex<HashMap<(String, String), u32>>,
 }
@@ -188,8 +188,56 @@ impl Context {
     ) where
         K: kube::Resource<DynamicType = ()>,
     {
+        self.emit(
+            EventType::Normal,
+            controller,
+            object,
+            related,
+            reason,
+            action,
+            note,
+        )
+        .await;
+    }
+
+    /// Publishes a Warning event about `object`, like [`Context::publish`].
+    pub async fn warn<K>(
+        &self,
+        controller: &str,
+        object: &K,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        self.emit(
+            EventType::Warning,
+            controller,
+            object,
+            None,
+            reason,
+            action,
+            note,
+        )
+        .await;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn emit<K>(
+        &self,
+        type_: EventType,
+        controller: &str,
+        object: &K,
+        related: Option<ObjectReference>,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) where
+        K: kube::Resource<DynamicType = ()>,
+    {
         let event = Event {
-            type_: EventType::Normal,
+            type_,
             reason: reason.into(),
             note: Some(note),
             action: action.into(),
@@ -221,14 +269,14 @@ impl Context {
         (K::kind(&()).into_owned(), Self::key(object))
     }
 
-    /// True the first time this is asked for a generation of `owner` (to log once per
-    /// rollout).
-    pub fn first_pass_of_generation(&self, owner: &impl kube::Resource) -> bool {
+    /// True the first time `what` is asked for a generation of `owner` (to log or warn once
+    /// per rollout or spec change).
+    pub fn once_per_generation(&self, owner: &impl kube::Resource, what: &'static str) -> bool {
         let generation = owner.meta().generation.unwrap_or_default();
         self.logged_generations
             .lock()
             .expect("logged lock")
-            .insert((Self::key(owner), generation))
+            .insert((Self::key(owner), what, generation))
     }
 }
 

@@ -1,9 +1,13 @@
-//! Pure rendering of children: template hashes, upstream's `Shorten` naming rule, and pods
-//! of stateless roles (AIBRIX-REFERENCE §2.3.8, §4.3, §4.4; SPEC §1).
+//! Pure rendering of children: template hashes, upstream's `Shorten` naming rule, pods and
+//! PodSets of roles with their built-in env vars and topology affinity (AIBRIX-REFERENCE
+//! §2.3.8, §4.3, §4.4; SPEC §1).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
@@ -13,7 +17,7 @@ use crate::api::keys::{
     LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
     LABEL_STORM_SERVICE_NAME,
 };
-use crate::api::{PodSet, PodSetSpec, RoleSet, RoleSpec};
+use crate::api::{PodSet, PodSetSpec, RoleSet, RoleSpec, TopologyMode, TopologyScope};
 
 /// Kubernetes' "safe" alphabet for generated strings (no vowels, no look-alikes).
 pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -286,6 +290,9 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
         builtin.push((ENV_ROLE_REPLICA_INDEX, index));
     }
     env_first(&mut spec.containers, &builtin);
+    if let Some((term, mode)) = topology_affinity(roleset, &role.name) {
+        add_affinity(&mut spec, term, mode);
+    }
 
     Pod {
         metadata: ObjectMeta {
@@ -302,6 +309,89 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
         },
         spec: Some(spec),
         status: None,
+    }
+}
+
+/// The pod-affinity term of the RoleSet's `topologyPolicy` for pods of `role`
+/// (AIBRIX-REFERENCE §2.3.8): the scope's group of pods — the StormService, the RoleSet, or
+/// the role across RoleSets — shares one domain of the node label `key`. None without a
+/// policy, with an empty key, or for a RoleSet no StormService created (no
+/// `storm-service-name` label to match on).
+pub fn topology_affinity(roleset: &RoleSet, role: &str) -> Option<(PodAffinityTerm, TopologyMode)> {
+    let policy = roleset.spec.topology_policy.as_ref()?;
+    let service = roleset.labels().get(LABEL_STORM_SERVICE_NAME)?;
+    if policy.key.is_empty() {
+        return None;
+    }
+    let mut labels = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), service.clone())]);
+    match policy.scope {
+        TopologyScope::StormService => {}
+        TopologyScope::RoleSet => {
+            labels.insert(LABEL_ROLESET_NAME.into(), roleset.name_any());
+        }
+        TopologyScope::Role => {
+            labels.insert(LABEL_ROLE_NAME.into(), role.into());
+        }
+    }
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(labels),
+            match_expressions: None,
+        }),
+        topology_key: policy.key.clone(),
+        ..PodAffinityTerm::default()
+    };
+    Some((term, policy.mode.unwrap_or(TopologyMode::Preferred)))
+}
+
+/// Adds `term` to the pod's affinity — required, or preferred with weight 100 — unless the
+/// template already has it. Affinity is fixed at creation: a policy change reaches new pods.
+fn add_affinity(spec: &mut PodSpec, term: PodAffinityTerm, mode: TopologyMode) {
+    let affinity = spec
+        .affinity
+        .get_or_insert_with(Default::default)
+        .pod_affinity
+        .get_or_insert_with(Default::default);
+    match mode {
+        TopologyMode::Required => {
+            let terms = affinity
+                .required_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new);
+            if !terms.contains(&term) {
+                terms.push(term);
+            }
+        }
+        TopologyMode::Preferred => {
+            let terms = affinity
+                .preferred_during_scheduling_ignored_during_execution
+                .get_or_insert_with(Vec::new);
+            if !terms.iter().any(|t| t.pod_affinity_term == term) {
+                terms.push(WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: term,
+                });
+            }
+        }
+    }
+}
+
+/// Whether a pod spec carries the policy's term (pods created before a policy change do not
+/// until they are replaced).
+pub fn has_affinity(spec: &PodSpec, term: &PodAffinityTerm, mode: TopologyMode) -> bool {
+    let Some(affinity) = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref()) else {
+        return false;
+    };
+    match mode {
+        TopologyMode::Required => affinity
+            .required_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .any(|t| t == term),
+        TopologyMode::Preferred => affinity
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .any(|t| t.pod_affinity_term == *term),
     }
 }
 
@@ -366,6 +456,91 @@ mod tests {
             (env[5].name.as_str(), env[5].value.as_deref()),
             ("ROLE_REPLICA_INDEX", Some("3"))
         );
+    }
+
+    fn owned_roleset(policy: Value) -> RoleSet {
+        serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "u-1",
+                         "labels": {"storm-service-name": "svc"}},
+            "spec": {"roles": [], "topologyPolicy": policy}
+        }))
+        .unwrap()
+    }
+
+    fn role() -> RoleSpec {
+        RoleSpec {
+            name: "prefill".into(),
+            template: Some(template("i:1")),
+            ..RoleSpec::default()
+        }
+    }
+
+    #[test]
+    fn topology_scopes_match_their_group_of_pods() {
+        for (scope, labels) in [
+            ("StormService", json!({"storm-service-name": "svc"})),
+            (
+                "RoleSet",
+                json!({"storm-service-name": "svc", "roleset-name": "rs"}),
+            ),
+            (
+                "Role",
+                json!({"storm-service-name": "svc", "role-name": "prefill"}),
+            ),
+        ] {
+            let roleset = owned_roleset(json!({"scope": scope, "key": "zone"}));
+            let pod = stateless_pod(&roleset, &role(), "h");
+            let affinity = pod.spec.unwrap().affinity.unwrap().pod_affinity.unwrap();
+            assert_eq!(
+                serde_json::to_value(&affinity).unwrap(),
+                json!({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+                    "podAffinityTerm": {"labelSelector": {"matchLabels": labels},
+                                        "topologyKey": "zone"}}]}),
+                "scope {scope}, Preferred by default"
+            );
+        }
+    }
+
+    #[test]
+    fn required_topology_reaches_pods_and_podset_templates_once() {
+        let roleset = owned_roleset(
+            json!({"scope": "RoleSet", "mode": "Required", "key": "kubernetes.io/hostname"}),
+        );
+        let (term, mode) = topology_affinity(&roleset, "prefill").unwrap();
+        // The user's template already holds the same term: it is not added twice.
+        let mut role = role();
+        let mut spec = role.template.as_ref().unwrap().spec.clone().unwrap();
+        add_affinity(&mut spec, term.clone(), mode);
+        role.template.as_mut().unwrap().spec = Some(spec);
+        let pod = stateful_pod(&roleset, &role, "h", 0);
+        let required = pod
+            .spec
+            .unwrap()
+            .affinity
+            .unwrap()
+            .pod_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(required, std::slice::from_ref(&term));
+        let podset = podset_for_slot(&roleset, &role, "h", 0);
+        assert!(has_affinity(
+            podset.spec.template.spec.as_ref().unwrap(),
+            &term,
+            mode
+        ));
+    }
+
+    #[test]
+    fn no_topology_affinity_without_a_storm_service_or_a_key() {
+        let mut direct = owned_roleset(json!({"scope": "Role", "key": "zone"}));
+        direct.metadata.labels = None;
+        assert!(topology_affinity(&direct, "prefill").is_none());
+        let empty = owned_roleset(json!({"scope": "Role", "key": ""}));
+        assert!(topology_affinity(&empty, "prefill").is_none());
+        let none = stateless_pod(&owned_roleset(Value::Null), &role(), "h");
+        assert!(none.spec.unwrap().affinity.is_none());
     }
 
     #[test]

@@ -34,7 +34,9 @@ use crate::api::{
     PodSet, PodSetPhase, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec, RoleStatus,
     RoleUpdateStrategyType,
 };
-use crate::controller::render::{podset_for_slot, stateful_pod, stateless_pod, template_hash};
+use crate::controller::render::{
+    has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
+};
 use crate::planner::budget::{Budget, resolve_fenceposts};
 use crate::planner::in_place::{
     complete_patch, eligibility, has_readiness_gate, pending_reason, start_patch,
@@ -286,7 +288,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     });
     if strategy == RoleSetUpdateStrategy::Sequential
         && rolling
-        && ctx.first_pass_of_generation(roleset)
+        && ctx.once_per_generation(roleset, "upgrade sequence")
     {
         let order: Vec<String> = sequence
             .iter()
@@ -388,6 +390,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         }
     }
 
+    let role_names: Vec<&str> = handled.iter().map(|(r, _)| r.name.as_str()).collect();
+    warn_of_topology_pending(roleset, &role_names, &pods, &podsets, ctx).await;
+
     let statuses: Vec<RoleStatus> = handled
         .iter()
         .zip(&inputs)
@@ -400,6 +405,56 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         .collect();
     write_status(roleset, ctx, &statuses, &not_ready, problems).await?;
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Pods and PodSets created before the `topologyPolicy` changed keep their old affinity
+/// until they are replaced: say so once per generation (AIBRIX-REFERENCE §2.3, step 6).
+async fn warn_of_topology_pending(
+    roleset: &RoleSet,
+    roles: &[&str],
+    pods: &[Pod],
+    podsets: &[PodSet],
+    ctx: &Context,
+) {
+    if roleset.spec.topology_policy.is_none() {
+        return;
+    }
+    let lacks = |role: &str, spec: Option<&k8s_openapi::api::core::v1::PodSpec>| {
+        let Some((term, mode)) = topology_affinity(roleset, role) else {
+            return false;
+        };
+        !spec.is_some_and(|spec| has_affinity(spec, &term, mode))
+    };
+    let of_role = |labels: &BTreeMap<String, String>, role: &str| {
+        labels.get(LABEL_ROLE_NAME).map(String::as_str) == Some(role)
+    };
+    let (mut stale_pods, mut stale_podsets) = (0, 0);
+    for &role in roles {
+        stale_pods += pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && of_role(p.labels(), role))
+            .filter(|p| lacks(role, p.spec.as_ref()))
+            .count();
+        stale_podsets += podsets
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && of_role(p.labels(), role))
+            .filter(|p| lacks(role, p.spec.template.spec.as_ref()))
+            .count();
+    }
+    if stale_pods + stale_podsets > 0 && ctx.once_per_generation(roleset, "topology pending") {
+        ctx.warn(
+            "roleset",
+            roleset,
+            "TopologyPolicyPendingPodReplacement",
+            "TopologyPolicy",
+            format!(
+                "TopologyPolicy changes do not update {stale_pods} active Pod(s) and \
+                 {stale_podsets} PodSet template(s); they will use the new affinity after \
+                 replacement or recreation."
+            ),
+        )
+        .await;
+    }
 }
 
 /// The pod a role would create now in the place of `pod` (same slot).
