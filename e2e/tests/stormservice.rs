@@ -765,3 +765,90 @@ async fn a_revision_name_taken_by_other_data_moves_to_the_next_collision_count()
         "the other object is untouched"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_refused_pod_create_is_reported_up_to_the_stormservice_until_it_succeeds() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "quota").await;
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), ns.name());
+    let quota: ResourceQuota = serde_json::from_value(
+        json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "1"}}}),
+    )
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    // Quota admission enforces a quota once the quota controller has counted its usage.
+    wait_for(&quotas, "pods", "the quota counted", TIMEOUT, |q| {
+        q.and_then(|q| q.status.as_ref())
+            .is_some_and(|s| s.used.is_some())
+    })
+    .await
+    .unwrap();
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    api.create(
+        &PostParams::default(),
+        &stormservice(
+            "capped",
+            1,
+            json!({"type": "RollingUpdate"}),
+            &[("decode", 2)],
+        ),
+    )
+    .await
+    .unwrap();
+    let failure = |conditions: Option<&Vec<squall::api::Condition>>| {
+        conditions.into_iter().flatten().find_map(|c| {
+            (c.type_ == "ReplicaFailure" && c.status == "True").then(|| {
+                (
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
+            })
+        })
+    };
+    let reported = wait_for(
+        &api,
+        "capped",
+        "ReplicaFailure on the StormService",
+        TIMEOUT,
+        |ss| {
+            failure(
+                ss.and_then(|s| s.status.as_ref())
+                    .and_then(|s| s.conditions.as_ref()),
+            )
+            .is_some()
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let (reason, message) = failure(reported.status.unwrap().conditions.as_ref()).unwrap();
+    assert_eq!(reason, "RoleSetFailure");
+    assert!(message.contains("exceeded quota"), "{message}");
+    let roleset = live_rolesets(&rolesets).await.remove(0);
+    let (reason, message) = failure(roleset.status.unwrap().conditions.as_ref()).unwrap();
+    assert_eq!(reason, "FailedCreate");
+    assert!(
+        message.contains("role decode") && message.contains("exceeded quota"),
+        "{message}"
+    );
+
+    // Room for the second pod: the retry creates it and the failure clears.
+    quotas
+        .patch(
+            "pods",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"pods": "2"}}})),
+        )
+        .await
+        .unwrap();
+    let ready = wait_settled(&api, "capped", 1, "capped Ready once the quota allows").await;
+    assert_eq!(
+        failure(ready.status.unwrap().conditions.as_ref()),
+        None,
+        "the failure is cleared"
+    );
+}

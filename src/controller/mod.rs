@@ -45,6 +45,35 @@ pub enum Error {
     /// Waiting for children to go away (retried soon).
     #[error("waiting: {0}")]
     Waiting(String),
+    /// The API server refused to create a child (quota, admission, validation); reported
+    /// on the owner as `ReplicaFailure` and retried with backoff.
+    #[error("creating a child was refused: {0}")]
+    Refused(String),
+}
+
+impl Error {
+    /// The error of the reconcile itself, out of the finalizer wrapper every reconcile runs
+    /// in (so a `Waiting` cleanup is told from a failure).
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.root(),
+                _ => self,
+            },
+            _ => self,
+        }
+    }
+}
+
+/// The message of an API error that refuses a create for good until something changes
+/// (quota, admission, validation) — a conflict or a transport error is not one.
+pub fn refusal(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Api(status) if status.code != 409 && status.code < 500 => {
+            Some(status.message.clone())
+        }
+        _ => None,
+    }
 }
 
 /// A create issued and not yet observed.
@@ -290,7 +319,7 @@ async fn measured<K: kube::Resource<DynamicType = ()>>(
 ) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let result = reconcile.await;
-    let outcome = match &result {
+    let outcome = match result.as_ref().map_err(Error::root) {
         Ok(_) => {
             ctx.succeeded(&*object);
             "ok"
@@ -319,7 +348,7 @@ fn error_policy<K>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
 where
     K: kube::Resource<DynamicType = ()>,
 {
-    if let Error::Waiting(_) = error {
+    if let Error::Waiting(_) = error.root() {
         // Not a failure: children are still going away.
         return Action::requeue(Duration::from_secs(2));
     }
@@ -551,6 +580,18 @@ async fn run_scope(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiting_cleanup_is_told_apart_inside_the_finalizer_wrapper() {
+        let wrapped = Error::Finalizer(Box::new(finalizer::Error::CleanupFailed(Error::Waiting(
+            "pods".into(),
+        ))));
+        assert!(matches!(wrapped.root(), Error::Waiting(_)));
+        let refused = Error::Finalizer(Box::new(finalizer::Error::ApplyFailed(Error::Refused(
+            "quota".into(),
+        ))));
+        assert!(matches!(refused.root(), Error::Refused(_)));
+    }
 
     #[test]
     fn retries_double_from_one_second_up_to_five_minutes() {

@@ -22,7 +22,7 @@ use serde_json::json;
 use super::revision::role_template;
 use super::{
     Context, Error, PendingCreate, condition, delete_child, is_ready, keep_transition_times,
-    owned_children,
+    owned_children, refusal,
 };
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
@@ -175,7 +175,10 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             ctx,
             &[],
             &[],
-            vec![format!("invalid spec: {}", report.error_message())],
+            Some((
+                "ReconcileError",
+                format!("invalid spec: {}", report.error_message()),
+            )),
         )
         .await?;
         return Ok(Action::await_change());
@@ -315,6 +318,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     for name in &orphan_podsets {
         delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
     }
+    // Creates the API server refused, by role: the status says so (ReplicaFailure,
+    // FailedCreate, like a ReplicaSet's) and the RoleSet is retried with backoff.
+    let mut refused: Vec<String> = Vec::new();
     for (((role, stable), input), action) in handled.iter().zip(&inputs).zip(&actions) {
         let gang = role.pod_group_size_or_default() > 1;
         if input.in_place {
@@ -342,7 +348,13 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
                 match podsets_api.create(&PostParams::default(), &podset).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(status)) if status.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => match refusal(&e) {
+                        Some(message) => {
+                            refused.push(format!("role {}: {message}", role.name));
+                            break;
+                        }
+                        None => return Err(e.into()),
+                    },
                 }
                 ctx.metrics.api_write("roleset", "create", "podsets");
                 ctx.expect_create(
@@ -379,7 +391,13 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
                 Err(kube::Error::Api(status)) if status.code == 409 && slot.is_some() => {
                     pod.name_any()
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => match refusal(&e) {
+                    Some(message) => {
+                        refused.push(format!("role {}: {message}", role.name));
+                        break;
+                    }
+                    None => return Err(e.into()),
+                },
             };
             ctx.metrics.api_write("roleset", "create", "pods");
             ctx.expect_create(&key, &role.name, &name, PendingCreate { slot, stable });
@@ -403,7 +421,17 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         .filter(|input| !input.all_ready())
         .map(|input| input.name.as_str())
         .collect();
-    write_status(roleset, ctx, &statuses, &not_ready, problems).await?;
+    let failure = if !refused.is_empty() {
+        Some(("FailedCreate", refused.join("; ")))
+    } else if !problems.is_empty() {
+        Some(("ReconcileError", problems.join("; ")))
+    } else {
+        None
+    };
+    write_status(roleset, ctx, &statuses, &not_ready, failure).await?;
+    if !refused.is_empty() {
+        return Err(Error::Refused(refused.join("; ")));
+    }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -657,45 +685,43 @@ async fn write_status(
     ctx: &Context,
     roles: &[RoleStatus],
     not_ready: &[&str],
-    problems: Vec<String>,
+    failure: Option<(&str, String)>,
 ) -> Result<(), Error> {
     let api: Api<RoleSet> =
         Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
     let fresh = api.get_status(&roleset.name_any()).await?;
     let old = fresh.status.clone().unwrap_or_default();
     let generation = roleset.metadata.generation;
-    let ready = if not_ready.is_empty() && problems.is_empty() {
-        condition(
+    let ready = match &failure {
+        None if not_ready.is_empty() => condition(
             "Ready",
             "True",
             "RoleSetReady",
             "every role is updated (up to its partition) and ready".into(),
             generation,
-        )
-    } else if problems.is_empty() {
-        condition(
+        ),
+        None => condition(
             "Ready",
             "False",
             "RolesNotReady",
             format!("roles not ready: {}", not_ready.join(", ")),
             generation,
-        )
-    } else {
-        condition(
+        ),
+        Some((_, message)) => condition(
             "Ready",
             "False",
             "ReplicaFailure",
-            problems.join("; "),
+            message.clone(),
             generation,
-        )
+        ),
     };
     let mut conditions = vec![ready];
-    if !problems.is_empty() {
+    if let Some((reason, message)) = failure {
         conditions.push(condition(
             "ReplicaFailure",
             "True",
-            "ReconcileError",
-            problems.join("; "),
+            reason,
+            message,
             generation,
         ));
     }

@@ -239,6 +239,9 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         ctx.expect_delete(&key, ROLESETS, name);
         delete_child(&api, name, ctx, "stormservice", "rolesets").await?;
     }
+    // A RoleSet create the API server refused: reported as ReplicaFailure (FailedCreate)
+    // and retried with backoff.
+    let mut refused = None;
     for create in &action.create {
         let (template, revision, roles) = if create.updated {
             (&target_template, target_revision, target_roles.clone())
@@ -253,7 +256,16 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             (&current_template, &revisions.current, roles)
         };
         let roleset = render_roleset(service, template, revision, &roles, create.index);
-        let created = api.create(&PostParams::default(), &roleset).await?;
+        let created = match api.create(&PostParams::default(), &roleset).await {
+            Ok(created) => created,
+            Err(e) => match super::refusal(&e) {
+                Some(message) => {
+                    refused = Some(message);
+                    break;
+                }
+                None => return Err(e.into()),
+            },
+        };
         ctx.metrics.api_write("stormservice", "create", "rolesets");
         ctx.expect_create(
             &key,
@@ -308,7 +320,14 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
 
     let decision = canary.as_ref().map(|c| &c.decision);
     let requeue = write_status(
-        service, &fresh, ctx, &revisions, &rolesets, desired, decision,
+        service,
+        &fresh,
+        ctx,
+        &revisions,
+        &rolesets,
+        desired,
+        decision,
+        refused.as_deref(),
     )
     .await?;
     if let Some(step) = decision
@@ -335,7 +354,10 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             reason = transition.reason, trigger = transition.trigger.as_str(), "{}", transition.message);
     }
     truncate_history(service, ctx, &revisions, &rolesets).await?;
-    Ok(requeue)
+    match refused {
+        Some(message) => Err(Error::Refused(message)),
+        None => Ok(requeue),
+    }
 }
 
 /// Rollout and manual-pause durations, observed when the transitions that end them happen.
@@ -584,6 +606,33 @@ fn canary_progress(
             })
             .collect(),
     }
+}
+
+/// Why replicas are missing, if they are: a RoleSet create the API server refused
+/// (`FailedCreate`), or RoleSets that report their own `ReplicaFailure` (`RoleSetFailure`,
+/// naming them) — the StormService is where users look.
+fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(&'static str, String)> {
+    if let Some(message) = refused {
+        return Some(("FailedCreate", message.to_string()));
+    }
+    let failing: Vec<String> = active
+        .iter()
+        .filter_map(|r| {
+            let failure = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
+            Some(format!(
+                "RoleSet {}: {}",
+                r.name_any(),
+                failure.message.clone().unwrap_or_default()
+            ))
+        })
+        .collect();
+    (!failing.is_empty()).then(|| ("RoleSetFailure", failing.join("; ")))
 }
 
 /// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.
@@ -1074,6 +1123,7 @@ fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>
 
 /// Computes and writes status (AIBRIX-REFERENCE §2.2.8 with SPEC §5.1 conditions); returns
 /// when to look again (the progress deadline, if one is running).
+#[allow(clippy::too_many_arguments)]
 async fn write_status(
     service: &StormService,
     fresh: &StormService,
@@ -1082,6 +1132,7 @@ async fn write_status(
     rolesets: &[RoleSet],
     desired: u32,
     canary: Option<&CanaryDecision>,
+    refused: Option<&str>,
 ) -> Result<Action, Error> {
     let api: Api<StormService> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
@@ -1246,6 +1297,15 @@ async fn write_status(
         "the spec passes validation".into(),
         generation,
     ));
+    if let Some((reason, message)) = replica_failure(refused, &active) {
+        conditions.push(condition(
+            "ReplicaFailure",
+            "True",
+            reason,
+            message,
+            generation,
+        ));
+    }
     // Conditions of other writers (the canary) are kept.
     let ours = [
         "Ready",
