@@ -289,7 +289,9 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
         && status.step_state == Some(StepState::StepPaused)
     {
         let entered = status.step_start_time.as_ref().map_or(since, seconds);
-        let paused_for = input.now - since.max(entered);
+        // Both ends are whole seconds: one more is counted so the pause never comes up short
+        // of its duration plus the time actually paused.
+        let paused_for = input.now - since.max(entered) + 1;
         status.paused_seconds = Some(status.paused_seconds.unwrap_or(0) + paused_for.max(0));
     }
 
@@ -592,16 +594,20 @@ mod tests {
         let mut resumed = input(held.status.as_ref(), 120, true);
         resumed.paused_since = Some(103);
         let after = step(&resumed);
-        assert_eq!(after.status.as_ref().unwrap().paused_seconds, Some(17));
+        assert_eq!(
+            after.status.as_ref().unwrap().paused_seconds,
+            Some(18),
+            "17 s, plus one for the whole-second ends"
+        );
         assert_eq!(
             after.requeue_after,
-            Some(8),
-            "3 s waited before the pause, 7 s left (+1 for the whole-second start)"
+            Some(9),
+            "3 s waited before the pause, 7 s left, +1 for each whole-second rounding"
         );
         let status = after.status.unwrap();
-        let early = step(&input(Some(&status), 127, true));
+        let early = step(&input(Some(&status), 128, true));
         assert_eq!(at(&early).0, 1);
-        let done = step(&input(Some(&status), 128, true));
+        let done = step(&input(Some(&status), 129, true));
         assert_eq!(at(&done).0, 2);
     }
 
