@@ -942,6 +942,22 @@ async fn walk_sample(file: &str, prefix: &str) {
         .await
         .unwrap();
     }
+    // The controller passes over the completed canary again (a later generation), so the
+    // states checked below include those after the promotion.
+    let bumped = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"revisionHistoryLimit": 5}})),
+        )
+        .await
+        .unwrap();
+    wait_for(&api, &name, "the completed canary seen again", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
+    })
+    .await
+    .unwrap();
     let done = api.get(&name).await.unwrap().status.unwrap();
     let canary_revision = done.update_revision.clone().unwrap();
     assert_eq!(

@@ -564,6 +564,7 @@ fn canary_progress(
         .collect();
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let roles = update.spec.iter().flat_map(|s| s.roles.iter().flatten());
+    let promoted = update == current;
     match pass.mode {
         CanaryMode::Replica => roles
             .map(|role| CanaryRoleStatus {
@@ -575,8 +576,16 @@ fn canary_progress(
             .collect(),
         CanaryMode::Pooled => roles
             .filter(|role| {
+                // Once the canary revision is promoted nothing differs from the current
+                // template: the roles this canary moved stay reported.
+                let moved_before = || {
+                    previous
+                        .filter(|p| p.canary_revision.as_deref() == Some(canary_revision))
+                        .is_some_and(|p| p.roles.iter().flatten().any(|r| r.name == role.name))
+                };
                 role_hash(current, &role.name)
                     != Some(template_hash(&role.template.clone().unwrap_or_default()))
+                    || (promoted && moved_before())
             })
             .map(|role| {
                 let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
@@ -1461,6 +1470,27 @@ mod tests {
         assert_eq!((stale[0].updated, stale[0].updated_ready), (2, 1));
         let unknown = progress(pooled("canary", 4, 3, 4, 4), None);
         assert_eq!((unknown[0].updated, unknown[0].updated_ready), (0, 0));
+
+        // Completed and promoted (the current template is the canary's): the role it moved
+        // is still reported, now at 100 %.
+        let done = canary_progress(
+            &pass(CanaryMode::Pooled, 100),
+            &[pooled("canary", 5, 5, 4, 4)],
+            1,
+            "canary",
+            &update,
+            &update,
+            Some(&before),
+        );
+        assert_eq!(
+            done,
+            [CanaryRoleStatus {
+                name: "decode".into(),
+                target: 4,
+                updated: 4,
+                updated_ready: 4
+            }]
+        );
     }
 
     #[test]
