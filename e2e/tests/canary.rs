@@ -952,10 +952,16 @@ async fn walk_sample(file: &str, prefix: &str) {
         )
         .await
         .unwrap();
-    wait_for(&api, &name, "the completed canary seen again", TIMEOUT, |ss| {
-        ss.and_then(|s| s.status.as_ref())
-            .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
-    })
+    wait_for(
+        &api,
+        &name,
+        "the completed canary seen again",
+        TIMEOUT,
+        |ss| {
+            ss.and_then(|s| s.status.as_ref())
+                .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
+        },
+    )
     .await
     .unwrap();
     let done = api.get(&name).await.unwrap().status.unwrap();

@@ -201,6 +201,14 @@ impl Context {
             .lock()
             .expect("expectations lock")
             .retain(|(o, _), _| *o != key);
+        self.logged_generations
+            .lock()
+            .expect("logged lock")
+            .retain(|(o, _, _)| *o != key);
+        self.failures
+            .lock()
+            .expect("failures lock")
+            .retain(|(_, o), _| *o != key);
     }
 
     /// Publishes an event about `object`, optionally naming a `related` object
@@ -333,9 +341,9 @@ async fn measured<K: kube::Resource<DynamicType = ()>>(
 }
 
 /// How long to wait before retrying an object whose reconcile failed `failures` times in a
-/// row: doubling from 1 s up to 5 minutes, so a persistent error (RBAC, a webhook that is
-/// down) is not hammered, while a one-off conflict is retried at once. Watch events still
-/// reconcile the object sooner.
+/// row: doubling from 1 s up to 5 minutes, so a persistent error (RBAC, a quota, a webhook
+/// that is down) is not hammered, while a one-off failure is retried after a second. A watch
+/// event for the object still reconciles it sooner.
 pub fn retry_delay(failures: u32) -> Duration {
     const FIRST: Duration = Duration::from_secs(1);
     const MAX: Duration = Duration::from_secs(300);
@@ -619,5 +627,10 @@ mod tests {
         ctx.succeeded(&object("a"));
         assert_eq!(ctx.failed(&object("a")), 1, "a starts over");
         assert_eq!(ctx.failed(&object("b")), 2, "b keeps its count");
+        ctx.forget(&object("b"));
+        assert_eq!(ctx.failed(&object("b")), 1, "a deleted owner is forgotten");
+        assert!(ctx.once_per_generation(&object("a"), "log"));
+        assert!(!ctx.once_per_generation(&object("a"), "log"));
+        assert!(ctx.once_per_generation(&object("a"), "warn"), "per purpose");
     }
 }
