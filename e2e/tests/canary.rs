@@ -774,6 +774,27 @@ fn shortened_sample(file: &str) -> Option<Value> {
     Some(sample)
 }
 
+/// Makes the controller pass over StormService `name` again — a spec change outside the
+/// template and the steps (`revisionHistoryLimit`) — and returns it once its status has
+/// observed that generation.
+async fn reconciled_again(api: &Api<StormService>, name: &str, history_limit: i32) -> StormService {
+    let bumped = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"revisionHistoryLimit": history_limit}})),
+        )
+        .await
+        .unwrap();
+    wait_for(api, name, "a later generation observed", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
 /// A step of a sample as the test reads it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum SampleStep {
@@ -899,29 +920,8 @@ async fn walk_sample(file: &str, prefix: &str) {
         if canary.phase == Some(CanaryPhase::Completed) {
             break;
         }
-        // The controller reconciles a later generation (a spec change outside the template
-        // and the steps) and the gate still holds.
-        let bumped = api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"revisionHistoryLimit": 20 + canary.current_step}})),
-            )
-            .await
-            .unwrap();
-        let held = wait_for(
-            &api,
-            &name,
-            "the later generation observed",
-            TIMEOUT,
-            |ss| {
-                ss.and_then(|s| s.status.as_ref())
-                    .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
-            },
-        )
-        .await
-        .unwrap()
-        .unwrap();
+        // The controller reconciles a later generation and the gate still holds.
+        let held = reconciled_again(&api, &name, 20 + canary.current_step).await;
         let held = held.status.unwrap().canary_status.unwrap();
         assert_eq!(
             (held.current_step, held.phase),
@@ -942,29 +942,9 @@ async fn walk_sample(file: &str, prefix: &str) {
         .await
         .unwrap();
     }
-    // The controller passes over the completed canary again (a later generation), so the
-    // states checked below include those after the promotion.
-    let bumped = api
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"revisionHistoryLimit": 5}})),
-        )
-        .await
-        .unwrap();
-    wait_for(
-        &api,
-        &name,
-        "the completed canary seen again",
-        TIMEOUT,
-        |ss| {
-            ss.and_then(|s| s.status.as_ref())
-                .is_some_and(|s| s.observed_generation == bumped.metadata.generation)
-        },
-    )
-    .await
-    .unwrap();
-    let done = api.get(&name).await.unwrap().status.unwrap();
+    // The controller passes over the completed canary again, so the states checked below
+    // include those after the promotion.
+    let done = reconciled_again(&api, &name, 5).await.status.unwrap();
     let canary_revision = done.update_revision.clone().unwrap();
     assert_eq!(
         done.current_revision.as_deref(),
