@@ -80,8 +80,7 @@ async fn upgrade_and_check_order(
     recorder.catch_up(&pods).await;
 
     // Replay every observed state from the change on.
-    let desired: BTreeMap<&str, i32> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
-    let budget_roles: Vec<(&str, i32)> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
+    let desired: Vec<(&str, i32)> = roles.iter().map(|(r, n, _)| (*r, *n)).collect();
     let mut state: BTreeMap<String, Pod> = BTreeMap::new();
     let events = recorder.events();
     let mut first_change: BTreeMap<String, usize> = BTreeMap::new();
@@ -104,8 +103,8 @@ async fn upgrade_and_check_order(
             first_change.entry(role.clone()).or_insert(i);
         }
         // Budgets of the controller's own actions (maxSurge 0, maxUnavailable 1).
-        assert_pod_budgets(i, &state, &budget_roles, 0, 1);
-        for (&name, &want) in &desired {
+        assert_pod_budgets(i, &state, &desired, 0, 1);
+        for &(name, want) in &desired {
             let present: Vec<&Pod> = state.values().filter(|p| role_of(p) == name).collect();
             let updated = present.len() as i32 == want
                 && present.iter().all(|p| {
