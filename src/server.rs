@@ -1,16 +1,25 @@
 //! The HTTPS webhook server: axum on a tokio-rustls accept loop, HTTP/1.1 and h2 by ALPN,
 //! the serving certificate resolved per handshake (so a renewed certificate reaches new
-//! connections without a restart), header and request timeouts, an 8 MiB body limit and
-//! graceful shutdown.
+//! connections without a restart), and graceful shutdown.
+//!
+//! The webhook port takes requests from anyone who can reach it (the API server presents no
+//! client certificate), so everything it holds is bounded: connections, h2 streams, idle and
+//! per-request time, the size of one body, the bytes of all bodies in flight together, and
+//! the reviews decided at once — those run on blocking threads, never on the async workers
+//! that renew the leader Lease and answer `/healthz`. Past a bound a request waits briefly,
+//! then gets a 503 saying which bound it hit.
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -20,8 +29,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower_http::timeout::TimeoutLayer;
 
@@ -30,12 +40,118 @@ use crate::webhook::{self, Hook, Verdict};
 
 /// Largest accepted request body: object and oldObject of a 3 MiB object, with room.
 pub const BODY_LIMIT: usize = 8 << 20;
+/// Request-body bytes all admission requests together may hold: six bodies of the largest
+/// size. A review's working memory is a small multiple of its body, so this (with
+/// [`CONCURRENT_REVIEWS`]) keeps the webhook's memory in the low hundreds of MiB whatever
+/// arrives.
+pub const BODY_BYTES_IN_FLIGHT: usize = 6 * BODY_LIMIT;
+/// Reviews decided at once, each on a blocking thread: one per core of the chart's 2-CPU
+/// limit. A review of a valid object takes microseconds; this bounds the hostile ones.
+pub const CONCURRENT_REVIEWS: usize = 2;
+/// How long a request waits for room under [`BODY_BYTES_IN_FLIGHT`] or
+/// [`CONCURRENT_REVIEWS`] before it is answered 503 (the API server's own timeout is 10 s).
+pub const ADMISSION_QUEUE_WAIT: Duration = Duration::from_secs(3);
+/// Open connections served at once; further ones wait in the kernel's accept queue. The API
+/// server keeps a handful per replica.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Concurrent h2 streams per connection (h2's default of 200 would let one connection hold
+/// 200 request bodies).
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 16;
+/// A connection that moves no byte for this long is closed (the API server reconnects when it
+/// needs to). Longer than [`REQUEST_TIMEOUT`], so it never cuts a request short.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time a client gets to send request headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a request (body included) may take; the API server's own timeout is 10 s.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// Time a client gets to complete the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Read buffer of an HTTP/1.1 connection (headers must fit in it).
+const HTTP1_MAX_BUF: usize = 64 << 10;
+/// Largest h2 header list.
+const HEADER_LIST_LIMIT: u32 = 64 << 10;
+
+/// Closes a connection on which no byte moved for `idle`: the deadline moves on every read or
+/// write that transfers data, and a read or write that would wait past it fails instead.
+struct IdleTimeout<T> {
+    inner: T,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<T> IdleTimeout<T> {
+    fn new(inner: T, idle: Duration) -> Self {
+        IdleTimeout {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+
+    fn touch(&mut self) {
+        let next = tokio::time::Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// Pending, or an error once the deadline has passed (the timer wakes the task).
+    fn expired<R>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection idle",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleTimeout<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.touch();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => self.expired(cx),
+            error => error,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.touch();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => self.expired(cx),
+            error => error,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
 
 /// Errors turning PEM into a servable certificate.
 #[derive(Debug, thiserror::Error)]
@@ -94,47 +210,152 @@ pub fn tls_config(resolver: Arc<CertResolver>) -> Arc<rustls::ServerConfig> {
     Arc::new(config)
 }
 
+/// What the webhook handlers share: metrics and the in-flight bounds.
+#[derive(Clone)]
+struct Admission {
+    metrics: Arc<Metrics>,
+    /// Permits are bytes of request bodies ([`BODY_BYTES_IN_FLIGHT`]).
+    body_bytes: Arc<Semaphore>,
+    /// Permits are reviews being decided ([`CONCURRENT_REVIEWS`]).
+    reviews: Arc<Semaphore>,
+}
+
 /// The webhook routes: one POST path per [`Hook`].
 pub fn webhook_router(metrics: Arc<Metrics>) -> Router {
+    let state = Admission {
+        metrics,
+        body_bytes: Arc::new(Semaphore::new(BODY_BYTES_IN_FLIGHT)),
+        reviews: Arc::new(Semaphore::new(CONCURRENT_REVIEWS)),
+    };
     let mut router = Router::new();
     for hook in Hook::ALL {
         router = router.route(
             hook.path(),
             post(
-                move |State(metrics): State<Arc<Metrics>>, body: Bytes| async move {
-                    admit(hook, &metrics, &body)
+                move |State(state): State<Admission>, request: Request| async move {
+                    admit(hook, &state, request).await
                 },
             ),
         );
     }
     router
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
-        .with_state(metrics)
+        .with_state(state)
 }
 
-fn admit(hook: Hook, metrics: &Metrics, body: &[u8]) -> Response {
+/// Reads the body within the bounds, decides on a blocking thread, answers.
+async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
     let started = Instant::now();
-    let result = webhook::review(hook, body);
-    let verdict = match &result {
-        Ok((_, verdict)) => match verdict {
-            Verdict::Allowed => "allowed",
-            Verdict::Patched => "patched",
-            Verdict::Denied => "denied",
-        },
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(length) = declared.filter(|l| *l > BODY_LIMIT) {
+        state
+            .metrics
+            .admission(hook, "too_large", started.elapsed());
+        return too_large(length);
+    }
+    // Reserve what the body may take before reading it: its declared length, or the most a
+    // body may be when none is declared. Reserving at once (never chunk by chunk) means two
+    // half-read bodies can never wait on each other.
+    let reserve = declared.unwrap_or(BODY_LIMIT);
+    let Some(body_permit) = wait_for(
+        state
+            .body_bytes
+            .clone()
+            .acquire_many_owned(u32::try_from(reserve).expect("at most BODY_LIMIT")),
+    )
+    .await
+    else {
+        state
+            .metrics
+            .admission(hook, "overloaded", started.elapsed());
+        return overloaded(&format!(
+            "{} MiB of admission request bodies are in flight",
+            BODY_BYTES_IN_FLIGHT >> 20
+        ));
+    };
+    let body = match axum::body::to_bytes(request.into_body(), reserve).await {
+        Ok(body) => body,
+        Err(e) => {
+            state
+                .metrics
+                .admission(hook, "bad_request", started.elapsed());
+            tracing::warn!(webhook = hook.name(), error = %e, "admission request body unreadable");
+            return (StatusCode::BAD_REQUEST, format!("request body: {e}")).into_response();
+        }
+    };
+    let Some(review_permit) = wait_for(state.reviews.clone().acquire_owned()).await else {
+        state
+            .metrics
+            .admission(hook, "overloaded", started.elapsed());
+        return overloaded(&format!("{CONCURRENT_REVIEWS} reviews are being decided"));
+    };
+    let decided = tokio::task::spawn_blocking(move || {
+        let answer = webhook::review(hook, &body).map(|(review, verdict)| {
+            let json = serde_json::to_vec(&review).expect("an AdmissionReview serializes");
+            (json, verdict)
+        });
+        drop((review_permit, body_permit));
+        (answer, body.len())
+    })
+    .await;
+    let (answer, bytes) = match decided {
+        Ok(decided) => decided,
+        Err(e) => {
+            // A panic in a review (never seen; the handler is fuzzed) fails only this request.
+            tracing::error!(webhook = hook.name(), error = %e, "admission review failed");
+            state.metrics.admission(hook, "error", started.elapsed());
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    let verdict = match &answer {
+        Ok((_, Verdict::Allowed)) => "allowed",
+        Ok((_, Verdict::Patched)) => "patched",
+        Ok((_, Verdict::Denied)) => "denied",
         Err(_) => "bad_request",
     };
-    metrics.admission(hook, verdict, started.elapsed());
-    match result {
-        Ok((review, _)) => axum::Json(review).into_response(),
+    state.metrics.admission(hook, verdict, started.elapsed());
+    match answer {
+        Ok((json, _)) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
         Err(e) => {
-            tracing::warn!(webhook = hook.name(), error = %e, bytes = body.len(), "bad admission request");
+            tracing::warn!(webhook = hook.name(), error = %e, bytes, "bad admission request");
             (StatusCode::BAD_REQUEST, e.to_string()).into_response()
         }
     }
+}
+
+/// Waits up to [`ADMISSION_QUEUE_WAIT`] for a permit; `None` when none came.
+async fn wait_for<P, E>(acquire: impl Future<Output = Result<P, E>>) -> Option<P> {
+    tokio::time::timeout(ADMISSION_QUEUE_WAIT, acquire)
+        .await
+        .ok()?
+        .ok()
+}
+
+fn too_large(length: usize) -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "request body of {length} bytes is larger than the {} MiB squall accepts",
+            BODY_LIMIT >> 20
+        ),
+    )
+        .into_response()
+}
+
+fn overloaded(which: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        format!("squall's admission webhook is at its limit ({which}); retry"),
+    )
+        .into_response()
 }
 
 /// Serves `router` over TLS on `listener` until `shutdown` turns true, then lets open
@@ -151,10 +372,20 @@ pub async fn serve_tls(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(HTTP1_MAX_BUF);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(HEADER_LIST_LIMIT);
     let builder = Arc::new(builder);
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let slot = tokio::select! {
+            slot = connections.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            _ = shutdown.changed() => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -171,13 +402,15 @@ pub async fn serve_tls(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            let _slot = slot;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
             let service = hyper_util::service::TowerToHyperService::new(router);
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            let io = TokioIo::new(IdleTimeout::new(tls, IDLE_TIMEOUT));
+            let conn = builder.serve_connection_with_upgrades(io, service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
@@ -221,4 +454,28 @@ pub async fn handshake_verifies(
         .map_err(|_| "handshake timed out".to_string())?
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Issue 14 (7): a connection on which nothing moves is closed; traffic keeps it open.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_times_out_and_traffic_keeps_it_open() {
+        let (client, server) = tokio::io::duplex(64);
+        let mut server = IdleTimeout::new(server, Duration::from_secs(60));
+        let mut client = client;
+        let mut buf = [0u8; 8];
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_secs(45)).await;
+            client.write_all(b"ping").await.unwrap();
+            assert_eq!(server.read(&mut buf).await.unwrap(), 4, "still open");
+        }
+        let started = tokio::time::Instant::now();
+        let error = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
 }

@@ -204,6 +204,51 @@ const INTENDED: &[(&str, &str, &str)] = &[
         "required [name]",
         "a list-map key must be required; unnamed roles are invalid (SPEC §4.2 rule 6)",
     ),
+    (
+        "rolesets:spec.roles",
+        "maxItems 32 where AIBrix has none",
+        "at most 32 roles (README \"Limits\"): work and patches per object stay bounded",
+    ),
+    (
+        "rolesets:spec.roles[].replicas",
+        "maximum 10000 where AIBrix has none",
+        "the replica bound (src/api/limits.rs, README \"Limits\"): one tenant's count can never exhaust the operator",
+    ),
+    (
+        "rolesets:spec.roles[].template.spec.containers",
+        "maxItems 64 where AIBrix has none",
+        "at most 64 containers per role template (README \"Limits\")",
+    ),
+    (
+        "rolesets:spec.roles[].template.spec.initContainers",
+        "maxItems 64 where AIBrix has none",
+        "at most 64 containers per role template (README \"Limits\")",
+    ),
+    (
+        "stormservices:spec.replicas",
+        "maximum 10000 where AIBrix has none",
+        "the replica bound (src/api/limits.rs, README \"Limits\"): one tenant's count can never exhaust the operator",
+    ),
+    (
+        "stormservices:spec.template.spec.roles",
+        "maxItems 32 where AIBrix has none",
+        "at most 32 roles (README \"Limits\"): work and patches per object stay bounded",
+    ),
+    (
+        "stormservices:spec.template.spec.roles[].replicas",
+        "maximum 10000 where AIBrix has none",
+        "the replica bound (src/api/limits.rs, README \"Limits\"): one tenant's count can never exhaust the operator",
+    ),
+    (
+        "stormservices:spec.template.spec.roles[].template.spec.containers",
+        "maxItems 64 where AIBrix has none",
+        "at most 64 containers per role template (README \"Limits\")",
+    ),
+    (
+        "stormservices:spec.template.spec.roles[].template.spec.initContainers",
+        "maxItems 64 where AIBrix has none",
+        "at most 64 containers per role template (README \"Limits\")",
+    ),
 ];
 
 #[derive(Debug)]

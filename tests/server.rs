@@ -1,6 +1,7 @@
 //! The HTTPS webhook server in-process, over real TLS on loopback: HTTP/1.1 and h2 by ALPN,
-//! clear HTTP errors for bad input (never a panic), the body limit, and a renewed
-//! certificate reaching new connections without a restart.
+//! clear HTTP errors for bad input (never a panic), the body limit, the bounds on bodies in
+//! flight and h2 streams, and a renewed certificate reaching new connections without a
+//! restart.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,9 +14,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use squall::metrics::Metrics;
-use squall::server::{BODY_LIMIT, CertResolver, serve_tls, tls_config, webhook_router};
+use squall::server::{
+    BODY_BYTES_IN_FLIGHT, BODY_LIMIT, CertResolver, H2_MAX_CONCURRENT_STREAMS, serve_tls,
+    tls_config, webhook_router,
+};
 use squall::webhook::Hook;
 use time::OffsetDateTime;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio_rustls::client::TlsStream;
 
@@ -347,4 +352,79 @@ async fn odd_but_well_formed_reviews_get_answers_naming_what_is_wrong() {
             "{path}: the answer names {text:?}: {answer}"
         );
     }
+}
+
+/// A client that announces a body of the largest size and sends only its first bytes: the
+/// server has reserved room for all of it.
+async fn stalled_upload(server: &Server, path: &str) -> TlsStream<tokio::net::TcpStream> {
+    let mut tls = server.connect(b"http/1.1").await;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {BODY_LIMIT}\r\n\r\n{{"
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
+/// Issue 14 (3): bodies in flight are bounded for the whole server, not per request. Once
+/// the stalled uploads hold every byte of the bound, a further review waits, then gets a 503
+/// naming the bound — and the server answers again as soon as they go away.
+#[tokio::test]
+async fn request_bodies_in_flight_are_bounded_for_the_whole_server() {
+    let server = start().await;
+    let path = Hook::ValidateRoleSet.path();
+    let holders = BODY_BYTES_IN_FLIGHT / BODY_LIMIT;
+    let mut stalled = Vec::new();
+    for _ in 0..holders {
+        stalled.push(stalled_upload(&server, path).await);
+    }
+    // The uploads are accepted in order; wait until the server has routed all of them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (status, answer) = loop {
+        let (status, answer) = server.post(path, review()).await;
+        if status == 503 || tokio::time::Instant::now() > deadline {
+            break (status, answer);
+        }
+    };
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        answer.contains("MiB of admission request bodies are in flight"),
+        "{answer}"
+    );
+    assert!(server.metrics.render().contains(r#"verdict="overloaded"}"#));
+    drop(stalled);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _) = server.post(path, review()).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {status} after the stalled uploads closed"
+        );
+    }
+}
+
+/// Issue 14 (3): one h2 connection may not open more than a few streams (h2's default of 200
+/// let one connection hold 200 request bodies).
+#[tokio::test]
+async fn an_h2_connection_gets_few_concurrent_streams() {
+    let server = start().await;
+    let tls = server.connect(b"h2").await;
+    let (client, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(connection);
+    let client = client.ready().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while client.current_max_send_streams() != H2_MAX_CONCURRENT_STREAMS as usize {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server's SETTINGS never arrived: {}",
+            client.current_max_send_streams()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The h2 server refuses (REFUSED_STREAM) any stream past the limit it announced, so the
+    // announcement is the bound a client gets.
 }

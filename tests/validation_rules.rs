@@ -139,6 +139,10 @@ rule_tests! {
     rule11_inplace_with_pod_groups_warns => "rule11-inplace-with-pod-groups.yaml",
     rule11_stateful_is_ignored_with_a_warning => "rule11-stateful-ignored.yaml",
     rule11_disruption_tolerance_is_ignored_with_a_warning => "rule11-disruption-tolerance-ignored.yaml",
+    limit_stormservice_replicas => "limit-replicas-too-many.yaml",
+    limit_role_replicas => "limit-role-replicas-too-many.yaml",
+    limit_roles_per_roleset => "limit-too-many-roles.yaml",
+    limit_containers_per_role => "limit-too-many-containers.yaml",
 }
 
 #[test]
@@ -375,4 +379,63 @@ fn bundled_samples_are_valid() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hostile sizes (issue 14)
+
+/// A 3 MB StormService of 72,000 minimal roles, each asking for a warning: what passes the
+/// API server's size limit.
+fn oversized() -> Value {
+    let roles: Vec<Value> = (0..72_000)
+        .map(|i| json!({"name": format!("r{i}"), "disruptionTolerance": {}}))
+        .collect();
+    let mut ss = stormservice();
+    ss["spec"]["template"]["spec"]["roles"] = Value::Array(roles);
+    ss
+}
+
+/// Validation stops at the bound: one error naming the list, no per-role errors or warnings
+/// (before, each role was checked and each warning looked up in a list: quadratic, 7 s).
+#[test]
+fn an_oversized_role_list_is_one_error_and_no_per_role_work() {
+    let ss = oversized();
+    let report = validate_object(&ss, None).unwrap();
+    assert_eq!(
+        report
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["spec.template.spec.roles: Too many: 72000: must have at most 32 items"]
+    );
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    // Ratcheting over an oversized stored object is bounded the same way.
+    let mut new = ss.clone();
+    new["spec"]["replicas"] = json!(3);
+    assert_eq!(validate_object(&new, Some(&ss)).unwrap().errors.len(), 0);
+}
+
+/// The mutating webhook adds no defaults to an oversized list (before: 3 patch operations per
+/// role, a 227 MB response to a 3 MB review); its answer stays small.
+#[test]
+fn an_oversized_role_list_gets_no_patch() {
+    use squall::webhook::{Hook, Verdict, review};
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "operation": "CREATE", "userInfo": {"username": "u"},
+            "kind": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "kind": "StormService"},
+            "resource": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "resource": "stormservices"},
+            "name": "demo", "namespace": "default", "object": oversized()
+        }
+    }))
+    .unwrap();
+    assert!(body.len() > 2_000_000, "{} bytes", body.len());
+    let (answer, verdict) = review(Hook::MutateStormService, &body).unwrap();
+    assert_eq!(verdict, Verdict::Allowed);
+    let response = answer.response.unwrap();
+    assert!(response.patch.is_none());
+    assert!(serde_json::to_vec(&response).unwrap().len() < 1024);
+    assert!(apply_defaults(&mut oversized()).is_err());
 }

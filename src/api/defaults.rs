@@ -4,8 +4,9 @@
 
 use serde_json::{Map, Value, json};
 
+use super::limits::MAX_CANARY_STEPS;
 use super::validation::{
-    FieldError, MAX_CANARY_STEPS, OwnedKind, mixed_upgrade_order_warning, parse,
+    FieldError, OwnedKind, mixed_upgrade_order_warning, parse, roles_within_bound,
 };
 use super::{PodSet, RoleSet, StormService};
 
@@ -18,8 +19,10 @@ pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 
 /// Applies the defaults of SPEC §2 to a raw object of an owned kind, in place.
 ///
-/// An object that does not parse into squall's types is left untouched and the parse error
-/// is returned, so the API server's own schema validation reports the real problem. Kinds
+/// An object that does not parse into squall's types, or has more roles than
+/// [`MAX_ROLES`](super::limits::MAX_ROLES), is left untouched and the error is returned, so
+/// the API server's schema validation (or the validating webhook) reports the real problem —
+/// a patch never grows with an oversized list. Kinds
 /// squall does not own are left untouched. Applying the defaults twice changes nothing the
 /// second time.
 ///
@@ -29,11 +32,14 @@ pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
     let mut warnings = Vec::new();
     match OwnedKind::of(object) {
         Some(OwnedKind::StormService) => {
-            parse::<StormService>(object)?;
+            let typed = parse::<StormService>(object)?;
+            if let Some(spec) = &typed.spec.template.spec {
+                roles_within_bound(spec, "spec.template.spec")?;
+            }
             default_stormservice(object, &mut warnings);
         }
         Some(OwnedKind::RoleSet) => {
-            parse::<RoleSet>(object)?;
+            roles_within_bound(&parse::<RoleSet>(object)?.spec, "spec")?;
             if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
                 default_roleset_spec(spec, "spec", &mut warnings);
             }

@@ -4,6 +4,7 @@
 pub mod common;
 pub mod defaults;
 pub mod keys;
+pub mod limits;
 pub mod podset;
 pub mod roleset;
 pub mod stormservice;

@@ -43,6 +43,7 @@ pub struct RoleSetSpec {
     /// apply and GitOps tools merge roles by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = super::limits::MAX_ROLES))]
     pub roles: Option<Vec<RoleSpec>>,
     /// How roles are rolled relative to each other: `Sequential` (one role at a time, in
     /// `upgradeOrder`), `Parallel` or `Interleave`. Absent means `Sequential`.
@@ -78,6 +79,7 @@ pub struct RoleSpec {
     pub name: String,
     /// Number of pods (or PodSets when `podGroupSize > 1`). Absent means 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = super::limits::MAX_REPLICAS))]
     pub replicas: Option<i32>,
     /// Position in a `Sequential` rollout: lower upgrades first; absent means 0; equal values
     /// keep spec order.
@@ -96,6 +98,7 @@ pub struct RoleSpec {
     pub stateful: Option<bool>,
     /// Pod template of the role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::limits::pod_template_schema)]
     pub template: Option<PodTemplateSpec>,
     /// Declared by AIBrix but unused; accepted and ignored (with an admission warning).
     #[serde(default, skip_serializing_if = "Option::is_none")]

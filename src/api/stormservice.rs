@@ -76,6 +76,7 @@ use super::roleset::RoleSetSpec;
 pub struct StormServiceSpec {
     /// Number of RoleSets. Absent means 1. In pooled mode (1) the roles scale independently.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = super::limits::MAX_REPLICAS))]
     pub replicas: Option<i32>,
     /// Selects the RoleSets of this StormService; must match `template.metadata.labels` and is
     /// immutable.
@@ -155,6 +156,7 @@ pub enum StormServiceUpdateStrategyType {
 pub struct CanaryUpdateStrategy {
     /// Steps, at most 50 as written; a final `setWeight: 100` is appended when missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_CANARY_STEPS + 1))]
     pub steps: Option<Vec<CanaryStep>>,
 }
 

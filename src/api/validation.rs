@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
 use super::{
     CanaryPhase, GROUP, PodSet, RoleSet, RoleSetSpec, RoleSetUpdateStrategy, RoleSpec,
     RoleUpdateStrategyType, StormService, StormServiceUpdateStrategyType, VERSION,
@@ -21,9 +22,6 @@ use crate::planner::budget::{Budget, resolve_fenceposts};
 /// Longest role name: role names end up in the annotation name
 /// `role-revision-name.<role>`, which is limited to 63 characters.
 pub const MAX_ROLE_NAME_LEN: usize = 44;
-/// Most canary steps a user may write (not counting a final `setWeight: 100`, which the
-/// mutating webhook appends when it is missing).
-pub const MAX_CANARY_STEPS: usize = 50;
 
 /// One violation, for one field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -45,6 +43,8 @@ pub enum ErrorKind {
     Duplicate(String),
     /// `Forbidden: <detail>`.
     Forbidden(String),
+    /// `Too many: <actual>: must have at most <max> items`.
+    TooMany { actual: usize, max: usize },
 }
 
 impl fmt::Display for FieldError {
@@ -56,6 +56,11 @@ impl fmt::Display for FieldError {
             ErrorKind::Required(detail) => write!(f, "{}: Required value: {detail}", self.path),
             ErrorKind::Duplicate(value) => write!(f, "{}: Duplicate value: {value}", self.path),
             ErrorKind::Forbidden(detail) => write!(f, "{}: Forbidden: {detail}", self.path),
+            ErrorKind::TooMany { actual, max } => write!(
+                f,
+                "{}: Too many: {actual}: must have at most {max} items",
+                self.path
+            ),
         }
     }
 }
@@ -108,6 +113,15 @@ impl Report {
         });
     }
 
+    fn too_many(&mut self, path: impl Into<String>, actual: usize, max: usize) {
+        self.errors.push(FieldError {
+            path: path.into(),
+            kind: ErrorKind::TooMany { actual, max },
+        });
+    }
+
+    /// Adds a warning once. The list stays short (a few per role, and roles are bounded), so
+    /// the linear look-up is cheap.
     fn warn(&mut self, warning: String) {
         if !self.warnings.contains(&warning) {
             self.warnings.push(warning);
@@ -304,13 +318,7 @@ fn check_stormservice(ss: &StormService) -> Report {
     }
 
     // Rule 7: replicas.
-    if let Some(replicas) = spec.replicas.filter(|r| *r < 0) {
-        report.invalid(
-            "spec.replicas",
-            replicas,
-            "must be greater than or equal to 0",
-        );
-    }
+    check_replicas(spec.replicas, "spec.replicas", &mut report);
 
     // Rule 8: StormService budgets.
     let strategy = spec.update_strategy.as_ref();
@@ -395,6 +403,12 @@ fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, rep
     if !rollout_allowed && roles.is_empty() {
         report.required(format!("{path}.roles"), "at least one role is required");
     }
+    if let Err(error) = roles_within_bound(spec, path) {
+        // Checking every role of an oversized list would make the work (and the message)
+        // grow with what the client sent.
+        report.errors.push(error);
+        return;
+    }
     if let Some(strategy) = &spec.scheduling_strategy {
         check_scheduling_strategy(
             strategy.schedulers(),
@@ -442,6 +456,22 @@ fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, rep
     }
 }
 
+/// The role-count bound of a RoleSet spec at `path`. Defaulting checks it too: it must not
+/// emit a patch per role of an oversized list.
+pub fn roles_within_bound(spec: &RoleSetSpec, path: &str) -> Result<(), FieldError> {
+    let count = spec.roles.as_ref().map_or(0, Vec::len);
+    if count > MAX_ROLES {
+        return Err(FieldError {
+            path: format!("{path}.roles"),
+            kind: ErrorKind::TooMany {
+                actual: count,
+                max: MAX_ROLES,
+            },
+        });
+    }
+    Ok(())
+}
+
 /// The warning for a role list that mixes explicit and absent `upgradeOrder` (SPEC §2); the
 /// mutating webhook returns it too, since defaulting fills the absent ones.
 pub fn mixed_upgrade_order_warning(roleset_spec_path: &str) -> String {
@@ -457,12 +487,23 @@ fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
     } else if let Err(detail) = dns1123_label(&role.name, MAX_ROLE_NAME_LEN) {
         report.invalid(format!("{path}.name"), quoted(&role.name), &detail);
     }
-    if let Some(replicas) = role.replicas.filter(|r| *r < 0) {
-        report.invalid(
-            format!("{path}.replicas"),
-            replicas,
-            "must be greater than or equal to 0",
-        );
+    check_replicas(role.replicas, &format!("{path}.replicas"), report);
+    if let Some(spec) = role.template.as_ref().and_then(|t| t.spec.as_ref()) {
+        for (field, count) in [
+            ("containers", spec.containers.len()),
+            (
+                "initContainers",
+                spec.init_containers.as_ref().map_or(0, Vec::len),
+            ),
+        ] {
+            if count > MAX_CONTAINERS {
+                report.too_many(
+                    format!("{path}.template.spec.{field}"),
+                    count,
+                    MAX_CONTAINERS,
+                );
+            }
+        }
     }
     if let Some(order) = role.upgrade_order.filter(|o| *o < 0) {
         report.invalid(
@@ -504,6 +545,19 @@ fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
         report.warn(format!(
             "{path}.disruptionTolerance is accepted for AIBrix compatibility and ignored"
         ));
+    }
+}
+
+/// Rule 7 and the replica bound: `0 ..= MAX_REPLICAS`.
+fn check_replicas(replicas: Option<i32>, path: &str, report: &mut Report) {
+    match replicas {
+        Some(r) if r < 0 => report.invalid(path, r, "must be greater than or equal to 0"),
+        Some(r) if r > MAX_REPLICAS => report.invalid(
+            path,
+            r,
+            &format!("must be less than or equal to {MAX_REPLICAS}"),
+        ),
+        _ => {}
     }
 }
 
@@ -578,6 +632,7 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
                 "must have at most {MAX_CANARY_STEPS} steps (not counting a final setWeight: 100)"
             ),
         );
+        return;
     }
     let mut previous_weight: Option<(usize, i32)> = None;
     for (i, step) in steps.iter().enumerate() {

@@ -346,8 +346,8 @@ struct Election {
 }
 
 /// Runs the controllers until `stop` — with an election, only while holding the Lease. Losing
-/// it stops the controllers and is an error: the process exits and its restart campaigns
-/// again, so two replicas never reconcile at once.
+/// it cancels the controllers mid-reconcile and is an error: the process exits and its
+/// restart campaigns again, so two replicas never reconcile at once.
 async fn run_controllers(
     client: kube::Client,
     metrics: Arc<Metrics>,
@@ -393,19 +393,21 @@ async fn run_controllers(
             }
         }
     };
-    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
-    let shutdown = async move {
-        tokio::select! {
-            _ = stop.changed() => {}
-            () = lost => { let _ = lost_tx.send(()); }
-        }
+    // Losing the Lease drops the controllers at once — every reconcile in flight is
+    // cancelled at its next await, so no write starts after the loss is seen. (A graceful
+    // stop would let them finish, writing for up to a reconcile's length as a non-leader.)
+    let controllers = crate::controller::run(client, metrics.clone(), namespaces, async move {
+        let _ = stop.changed().await;
+    });
+    let lost_lease = tokio::select! {
+        () = controllers => false,
+        () = lost => true,
     };
-    crate::controller::run(client, metrics.clone(), namespaces, shutdown).await;
     metrics.set_leader(false);
     // Dropping the receiver releases the Lease for the next replica.
     drop(leader);
     let _ = lease_task.await;
-    if lost_rx.await.is_ok() {
+    if lost_lease {
         bail!("lost the Lease {}", election.lease);
     }
     Ok(())

@@ -41,7 +41,7 @@ use crate::planner::budget::{Budget, resolve_fenceposts};
 use crate::planner::in_place::{
     complete_patch, eligibility, has_readiness_gate, pending_reason, start_patch,
 };
-use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, upgrade_sequence};
+use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 
 /// Reconciles one RoleSet.
 pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -307,6 +307,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             sequence = %order.join(" -> "), "sequential upgrade order");
     }
     let actions = plan(strategy, &inputs, &sequence);
+    let retired = retired_children(&roles, &pods, &podsets);
 
     let pods_api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
@@ -316,6 +317,16 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         delete_pod(&pods_api, name, ctx).await?;
     }
     for name in &orphan_podsets {
+        delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
+    }
+    if !retired.pods.is_empty() || !retired.podsets.is_empty() {
+        tracing::info!(namespace = %roleset.namespace().unwrap_or_default(), roleset = %roleset.name_any(),
+            pods = retired.pods.len(), podsets = retired.podsets.len(), "deleting children of removed roles");
+    }
+    for name in &retired.pods {
+        delete_pod(&pods_api, name, ctx).await?;
+    }
+    for name in &retired.podsets {
         delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
     }
     // Creates the API server refused, by role: the status says so (ReplicaFailure,
@@ -433,6 +444,36 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         return Err(Error::Refused(refused.join("; ")));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Children to delete because their role left the spec.
+struct Retired {
+    pods: Vec<String>,
+    podsets: Vec<String>,
+}
+
+/// The RoleSet's pods and PodSets whose role is not in `roles` (SPEC §5: a role removed from
+/// the spec takes its children with it).
+fn retired_children(roles: &[RoleSpec], pods: &[Pod], podsets: &[PodSet]) -> Retired {
+    let in_spec = |labels: &BTreeMap<String, String>| {
+        labels
+            .get(LABEL_ROLE_NAME)
+            .is_some_and(|name| roles.iter().any(|r| &r.name == name))
+    };
+    let pods: Vec<PodView> = pods
+        .iter()
+        .filter(|p| !in_spec(p.labels()))
+        .map(pod_view)
+        .collect();
+    let podsets: Vec<PodView> = podsets
+        .iter()
+        .filter(|p| !in_spec(p.labels()))
+        .map(podset_view)
+        .collect();
+    Retired {
+        pods: retire(&pods),
+        podsets: retire(&podsets),
+    }
 }
 
 /// Pods and PodSets created before the `topologyPolicy` changed keep their old affinity

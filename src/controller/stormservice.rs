@@ -28,14 +28,15 @@ use crate::api::keys::{
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{
-    CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, RoleRollout, RoleSet,
+    CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, Condition, RoleRollout, RoleSet,
     RoleSetTemplateSpec, RoleStatus, StormService, StormServiceStatus,
     StormServiceUpdateStrategyType,
 };
 use crate::controller::render::shorten_keep_prefix;
 use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
 use crate::planner::canary::{
-    CanaryDecision, CanaryInput, Step, Transition, Trigger, step, target, weight_at,
+    CanaryDecision, CanaryInput, Step, Transition, Trigger, needs_stable_revision, step, target,
+    weight_at,
 };
 use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
 
@@ -98,6 +99,9 @@ struct Revisions {
     collision_count: u32,
     /// Every revision of the StormService, oldest first (before this pass's writes).
     history: Vec<ControllerRevision>,
+    /// `status.currentRevision` when no such revision exists any more (someone deleted it);
+    /// `current` then falls back to `update`.
+    stable_missing: Option<String>,
 }
 
 async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
@@ -110,8 +114,41 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         write_invalid(service, ctx, &report.error_message()).await?;
         return Ok(Action::await_change());
     }
-    sync_headless_service(service, ctx).await?;
+    let service_conflict = sync_headless_service(service, ctx).await?;
     let revisions = sync_revisions(service, ctx).await?;
+    if let Some(missing) = &revisions.stable_missing
+        && service
+            .status
+            .as_ref()
+            .and_then(|s| s.canary_status.as_ref())
+            .is_some_and(needs_stable_revision)
+    {
+        // Going on without the stable template would jump the canary to 100 %.
+        let message = format!(
+            "the stable ControllerRevision {missing} is gone; the canary waits. Restore it to \
+             go on or abort, or run `squall promote --full {}` to finish on the canary revision",
+            service.name_any()
+        );
+        if ctx.once_per_generation(service, "stable revision missing") {
+            ctx.warn(
+                "stormservice",
+                service,
+                "StableRevisionMissing",
+                "Canary",
+                message.clone(),
+            )
+            .await;
+        }
+        let held = condition(
+            "Progressing",
+            "False",
+            "StableRevisionMissing",
+            message,
+            service.metadata.generation,
+        );
+        write_conditions(service, ctx, vec![held]).await?;
+        return Ok(Action::await_change());
+    }
     let update_name = revisions.update.name_any();
     let current_name = revisions.current.name_any();
 
@@ -328,6 +365,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         desired,
         decision,
         refused.as_deref(),
+        service_conflict.as_deref(),
     )
     .await?;
     if let Some(step) = decision
@@ -857,8 +895,13 @@ async fn move_in_place(
 }
 
 /// The headless Service `<name>` (AIBRIX-REFERENCE §2.2.2): created when missing; when its
-/// selector or `publishNotReadyAddresses` drifted, only those fields are patched.
-async fn sync_headless_service(service: &StormService, ctx: &Context) -> Result<(), Error> {
+/// selector or `publishNotReadyAddresses` drifted, only those fields are patched. A Service
+/// of that name that this StormService does not control belongs to somebody else: it is left
+/// alone, and the returned message says so (for the `ServiceConflict` condition).
+async fn sync_headless_service(
+    service: &StormService,
+    ctx: &Context,
+) -> Result<Option<String>, Error> {
     let api: Api<Service> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
     let name = service.name_any();
@@ -898,6 +941,24 @@ async fn sync_headless_service(service: &StormService, ctx: &Context) -> Result<
                 Err(e) => return Err(e.into()),
             }
         }
+        Some(existing) if !controlled_by(&existing.metadata, service) => {
+            let message = format!(
+                "Service {name} exists and is not controlled by this StormService; squall \
+                 leaves it alone, so it may not select this service's pods. Delete or rename it \
+                 to let squall create the headless Service."
+            );
+            if ctx.once_per_generation(service, "service conflict") {
+                ctx.warn(
+                    "stormservice",
+                    service,
+                    "ServiceConflict",
+                    "SyncHeadlessService",
+                    message.clone(),
+                )
+                .await;
+            }
+            return Ok(Some(message));
+        }
         Some(existing) => {
             let spec = existing.spec.unwrap_or_default();
             if spec.selector.as_ref() != Some(&selector)
@@ -911,7 +972,17 @@ async fn sync_headless_service(service: &StormService, ctx: &Context) -> Result<
             }
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Whether `meta`'s controller ownerRef is `service` (by UID: a StormService recreated under
+/// the same name does not inherit its predecessor's children).
+fn controlled_by(meta: &ObjectMeta, service: &StormService) -> bool {
+    let uid = service.uid();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
 }
 
 /// Finds or writes the update revision of the template (AIBRIX-REFERENCE §2.2.1): the newest
@@ -977,10 +1048,16 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
     if let Some(used) = collision_count_of(&update) {
         collision_count = collision_count.max(used);
     }
-    let current = status
+    let stored = status
         .current_revision
         .as_ref()
-        .and_then(|name| history.iter().find(|r| &r.name_any() == name))
+        .map(|name| (name, history.iter().find(|r| &r.name_any() == name)));
+    let stable_missing = match stored {
+        Some((name, None)) if *name != update.name_any() => Some(name.clone()),
+        _ => None,
+    };
+    let current = stored
+        .and_then(|(_, found)| found)
         .cloned()
         .unwrap_or_else(|| update.clone());
     Ok(Revisions {
@@ -988,6 +1065,7 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
         update,
         collision_count,
         history,
+        stable_missing,
     })
 }
 
@@ -1033,38 +1111,51 @@ async fn truncate_history(
 
 /// Reports a spec the validator rejects (`InvalidSpec`), keeping other status fields.
 async fn write_invalid(service: &StormService, ctx: &Context, message: &str) -> Result<(), Error> {
+    let generation = service.metadata.generation;
+    let conditions = vec![
+        condition(
+            "InvalidSpec",
+            "True",
+            "ValidationFailed",
+            message.to_string(),
+            generation,
+        ),
+        condition(
+            "Ready",
+            "False",
+            "InvalidSpec",
+            "the spec is invalid; RoleSets are left as they are".into(),
+            generation,
+        ),
+    ];
+    write_conditions(service, ctx, conditions).await
+}
+
+/// Writes `conditions` over those of the same types, keeping every other status field: the
+/// report of a pass that stops before planning.
+async fn write_conditions(
+    service: &StormService,
+    ctx: &Context,
+    new: Vec<Condition>,
+) -> Result<(), Error> {
     let api: Api<StormService> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
     let fresh = api.get_status(&service.name_any()).await?;
     let old = fresh.status.clone().unwrap_or_default();
-    let generation = service.metadata.generation;
     let mut conditions: Vec<_> = old
         .conditions
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .filter(|c| c.type_ != "InvalidSpec" && c.type_ != "Ready")
+        .filter(|c| new.iter().all(|n| n.type_ != c.type_))
         .collect();
-    conditions.push(condition(
-        "InvalidSpec",
-        "True",
-        "ValidationFailed",
-        message.to_string(),
-        generation,
-    ));
-    conditions.push(condition(
-        "Ready",
-        "False",
-        "InvalidSpec",
-        "the spec is invalid; RoleSets are left as they are".into(),
-        generation,
-    ));
+    conditions.extend(new);
     keep_transition_times(
         &mut conditions,
         old.conditions.as_deref().unwrap_or_default(),
     );
     let status = StormServiceStatus {
-        observed_generation: generation,
+        observed_generation: service.metadata.generation,
         conditions: Some(conditions),
         ..old
     };
@@ -1142,6 +1233,7 @@ async fn write_status(
     desired: u32,
     canary: Option<&CanaryDecision>,
     refused: Option<&str>,
+    service_conflict: Option<&str>,
 ) -> Result<Action, Error> {
     let api: Api<StormService> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
@@ -1315,6 +1407,15 @@ async fn write_status(
             generation,
         ));
     }
+    if let Some(message) = service_conflict {
+        conditions.push(condition(
+            "ServiceConflict",
+            "True",
+            "NotOwned",
+            message.to_string(),
+            generation,
+        ));
+    }
     // Conditions of other writers (the canary) are kept.
     let ours = [
         "Ready",
@@ -1322,6 +1423,7 @@ async fn write_status(
         "Paused",
         "InvalidSpec",
         "ReplicaFailure",
+        "ServiceConflict",
     ];
     conditions.extend(
         old.conditions

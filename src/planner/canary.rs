@@ -146,6 +146,22 @@ fn start(input: &CanaryInput<'_>, mode: Option<CanaryMode>) -> CanaryStatus {
     }
 }
 
+/// Whether a canary needs its stable revision to go on. While it runs, the stable share is
+/// rendered from that revision, and an abort returns to it; without it, the only safe way on
+/// is forward, and only when a user asks for it (`promoteFull`). Otherwise the canary waits.
+pub fn needs_stable_revision(status: &CanaryStatus) -> bool {
+    status.promote_full != Some(true)
+        && matches!(
+            status.phase,
+            Some(
+                CanaryPhase::Initializing
+                    | CanaryPhase::Progressing
+                    | CanaryPhase::Paused
+                    | CanaryPhase::Aborted
+            )
+        )
+}
+
 /// One pass of the step machine.
 pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
     let mut transitions = Vec::new();
@@ -840,5 +856,31 @@ mod tests {
                 status = next;
             }
         }
+    }
+
+    #[test]
+    fn only_a_canary_in_flight_needs_its_stable_revision() {
+        let with = |phase, promote_full| CanaryStatus {
+            phase,
+            promote_full,
+            ..CanaryStatus::default()
+        };
+        for phase in [
+            CanaryPhase::Initializing,
+            CanaryPhase::Progressing,
+            CanaryPhase::Paused,
+            CanaryPhase::Aborted,
+        ] {
+            assert!(needs_stable_revision(&with(Some(phase), None)), "{phase:?}");
+            assert!(
+                !needs_stable_revision(&with(Some(phase), Some(true))),
+                "{phase:?} promoted fully"
+            );
+        }
+        assert!(!needs_stable_revision(&with(
+            Some(CanaryPhase::Completed),
+            None
+        )));
+        assert!(!needs_stable_revision(&with(None, None)));
     }
 }

@@ -7,3 +7,8 @@ pub mod in_place;
 pub mod podset;
 pub mod roleset;
 pub mod stormservice;
+
+/// Most children (pods, PodSets or RoleSets) one pass creates for one role or StormService,
+/// as the ReplicaSet controller's `burstReplicas`: a large scale-out fills up over several
+/// passes, each bounded in time and memory, and a quota refusal stops it early.
+pub const MAX_CREATES_PER_PASS: u32 = 500;

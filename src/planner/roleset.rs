@@ -10,6 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::MAX_CREATES_PER_PASS;
 use super::budget::Fenceposts;
 use super::in_place::PendingReason;
 use crate::api::RoleSetUpdateStrategy;
@@ -233,10 +234,12 @@ impl RoleInput {
             + pending
     }
 
-    /// Room under `desired + maxSurge`, counting terminating pods (they still hold resources).
+    /// Room under `desired + maxSurge`, counting terminating pods (they still hold resources),
+    /// and at most [`MAX_CREATES_PER_PASS`]: a role of thousands fills up over several passes.
     fn create_room(&self, counts: &Counts<'_>) -> u32 {
         (self.desired + self.budgets.max_surge)
             .saturating_sub(self.active_total(counts) + counts.terminating)
+            .min(MAX_CREATES_PER_PASS)
     }
 
     /// Scale: clean up finished pods, then move the number of active pods toward `desired`
@@ -554,17 +557,34 @@ impl RoleInput {
 }
 
 impl RoleInput {
-    /// Active pods by slot; pods without a valid slot are returned separately.
-    fn slots<'a>(&self, counts: &Counts<'a>) -> (Vec<Vec<&'a PodView>>, Vec<&'a PodView>) {
-        let mut slots = vec![Vec::new(); self.desired as usize];
+    /// Active pods by occupied slot (only slots that hold a pod: nothing here grows with
+    /// `desired`); pods without a valid slot are returned separately.
+    fn slots<'a>(&self, counts: &Counts<'a>) -> (Slots<'a>, Vec<&'a PodView>) {
+        let mut slots = Slots::new();
         let mut invalid = Vec::new();
         for pod in &counts.active {
             match pod.slot.filter(|s| *s < self.desired) {
-                Some(slot) => slots[slot as usize].push(*pod),
+                Some(slot) => slots.entry(slot).or_default().push(*pod),
                 None => invalid.push(*pod),
             }
         }
         (slots, invalid)
+    }
+
+    /// Up to `n` slots in `0..desired` with no pod and no create in flight, lowest first.
+    /// The walk stops at the last empty slot, so it visits at most the occupied and pending
+    /// slots plus `n`.
+    fn empty_slots(&self, slots: &Slots<'_>, n: u32) -> Vec<u32> {
+        let pending_empty = self
+            .pending_slots
+            .iter()
+            .filter(|s| **s < self.desired && !slots.contains_key(s))
+            .count() as u32;
+        let empty = self.desired - slots.len() as u32 - pending_empty;
+        (0..self.desired)
+            .filter(|s| !slots.contains_key(s) && !self.pending_slots.contains(s))
+            .take(n.min(empty) as usize)
+            .collect()
     }
 
     /// Stateful scale (AIBRIX-REFERENCE §2.3.5): remove finished pods and pods outside the
@@ -580,7 +600,7 @@ impl RoleInput {
             .extend(counts.finished.iter().map(|p| p.name.clone()));
         // Availability of a stateful role counts slots: a second pod in a slot adds none.
         let mut ready = slots
-            .iter()
+            .values()
             .filter(|pods| pods.iter().any(|p| p.ready))
             .count() as u32
             + invalid.iter().filter(|p| p.ready).count() as u32;
@@ -595,13 +615,8 @@ impl RoleInput {
             }
             action.delete.push(pod.name.clone());
         }
-        let mut room = self.create_room(&counts);
-        for (slot, pods) in slots.iter().enumerate() {
-            let slot = slot as u32;
-            if pods.is_empty() && !self.pending_slots.contains(&slot) && room > 0 {
-                room -= 1;
-                action.create_slots.push(slot);
-            }
+        action.create_slots = self.empty_slots(&slots, self.create_room(&counts));
+        for pods in slots.values() {
             if pods.len() < 2 {
                 continue;
             }
@@ -638,14 +653,14 @@ impl RoleInput {
     fn replace_slots(
         &self,
         counts: &Counts<'_>,
-        slots: &[Vec<&PodView>],
+        slots: &Slots<'_>,
         mut delete_budget: u32,
         mut create_budget: u32,
     ) -> RoleAction {
         let mut action = RoleAction::default();
-        for (slot, pods) in slots.iter().enumerate() {
+        for (&slot, pods) in slots {
             let [pod] = pods.as_slice() else { continue };
-            if self.slot_accepts(pod, counts) || self.pending_slots.contains(&(slot as u32)) {
+            if self.slot_accepts(pod, counts) || self.pending_slots.contains(&slot) {
                 continue;
             }
             if !pod.ready {
@@ -655,18 +670,24 @@ impl RoleInput {
                 action.delete.push(pod.name.clone());
             } else if create_budget > 0 {
                 create_budget -= 1;
-                action.create_slots.push(slot as u32);
+                action.create_slots.push(slot);
             }
         }
         action
     }
 
     /// Slot counts of a stateful role (AIBRIX-REFERENCE §2.3.5).
-    fn slot_progress(&self, counts: &Counts<'_>, slots: &[Vec<&PodView>]) -> SlotProgress {
+    fn slot_progress(&self, counts: &Counts<'_>, slots: &Slots<'_>) -> SlotProgress {
         let accepted = |p: &&PodView| self.slot_accepts(p, counts);
         let mut progress = SlotProgress::default();
-        for (slot, pods) in slots.iter().enumerate() {
-            let pending = self.pending_slots.contains(&(slot as u32));
+        // An empty slot with a create in flight counts as updated.
+        progress.updated += self
+            .pending_slots
+            .iter()
+            .filter(|s| **s < self.desired && !slots.contains_key(s))
+            .count() as u32;
+        for (slot, pods) in slots {
+            let pending = self.pending_slots.contains(slot);
             progress.ready += u32::from(pods.iter().any(|p| p.ready));
             if pods.iter().any(accepted) || pending {
                 progress.updated += 1;
@@ -718,6 +739,9 @@ impl RoleInput {
     }
 }
 
+/// Occupied slots of a stateful role and their active pods (two during a surge).
+type Slots<'a> = BTreeMap<u32, Vec<&'a PodView>>;
+
 /// Slot counts of a stateful role.
 #[derive(Default)]
 struct SlotProgress {
@@ -729,6 +753,17 @@ struct SlotProgress {
     updated_ready: u32,
     /// Non-empty slots with no pod where it belongs.
     outdated: u32,
+}
+
+/// Children of a role that is no longer in the spec (or carry no role at all): every one
+/// not already going is deleted. They belong to nothing the spec asks for — left running they
+/// would hold their GPUs, unseen in the status.
+pub fn retire(children: &[PodView]) -> Vec<String> {
+    children
+        .iter()
+        .filter(|c| !c.terminating)
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// Roles in upgrade order (SPEC §2): ascending `upgradeOrder` (absent = 0), ties in spec
@@ -844,6 +879,43 @@ mod tests {
             in_place: false,
             ineligible: BTreeMap::new(),
         }
+    }
+
+    /// Hostile input (a stateful role or PodSet role patched to 2^31 - 1 replicas): a pass
+    /// creates at most `MAX_CREATES_PER_PASS` slots, the lowest empty ones, and allocates
+    /// nothing per desired slot — before, planning allocated a vector of `desired` slots and
+    /// the process aborted.
+    #[test]
+    fn a_huge_role_is_planned_in_bounded_batches() {
+        let huge = i32::MAX as u32;
+        let mut stateful = role(huge, 0, 1, vec![slot_pod("s1", "new", true, 1)]);
+        stateful.stateful = true;
+        stateful.pending_slots = BTreeSet::from([0, 3]);
+        let action = stateful.scale();
+        assert_eq!(action.create_slots.len(), MAX_CREATES_PER_PASS as usize);
+        assert_eq!(action.create_slots[..3], [2, 4, 5]);
+        assert!(!stateful.all_ready());
+        assert!(stateful.rollout().creates() <= MAX_CREATES_PER_PASS);
+        assert!(stateful.rollout_by_step(3).creates() <= MAX_CREATES_PER_PASS);
+        let _ = stateful.current_step();
+
+        let stateless = role(huge, 0, 1, vec![pod("a", "new", true)]);
+        assert_eq!(stateless.scale().creates(), MAX_CREATES_PER_PASS);
+        let mut surging = role(1, huge, 1, vec![pod("a", "old", true)]);
+        surging.budgets.max_surge = huge;
+        assert!(surging.rollout().creates() <= MAX_CREATES_PER_PASS);
+    }
+
+    /// A full stateful role finds no empty slot without walking past its pods.
+    #[test]
+    fn a_full_stateful_role_creates_nothing() {
+        let pods: Vec<PodView> = (0..4)
+            .map(|i| slot_pod(&format!("s{i}"), "new", true, i))
+            .collect();
+        let mut r = role(4, 2, 1, pods);
+        r.stateful = true;
+        assert!(r.scale().is_empty());
+        assert!(r.all_ready());
     }
 
     #[test]
@@ -1364,5 +1436,15 @@ mod tests {
                 prop_assert!(again.delete.iter().all(|n| !rollout.delete.contains(n)));
             }
         }
+    }
+
+    #[test]
+    fn children_of_a_removed_role_are_retired() {
+        let mut going = pod("b", "old", true);
+        going.terminating = true;
+        assert_eq!(
+            retire(&[pod("a", "old", true), going, pod("c", "new", false)]),
+            ["a", "c"]
+        );
     }
 }

@@ -8,6 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
+use super::MAX_CREATES_PER_PASS;
 use super::budget::Fenceposts;
 use crate::api::StormServiceUpdateStrategyType as Strategy;
 
@@ -157,7 +158,8 @@ impl ServiceInput {
             };
             let mut missing_current = want_current.saturating_sub(current);
             let mut missing_updated = want_updated.saturating_sub(updated);
-            let mut room = room.min(self.desired - total);
+            let mut room = room.min(self.desired - total).min(MAX_CREATES_PER_PASS);
+            let mut indexes = FreeIndexes::new(self, &active);
             while room > 0 && (missing_current > 0 || missing_updated > 0) {
                 let from_update = missing_updated > 0;
                 if from_update {
@@ -166,7 +168,7 @@ impl ServiceInput {
                     missing_current -= 1;
                 }
                 room -= 1;
-                let index = self.free_index(&active, &action.create, from_update);
+                let index = indexes.take(from_update);
                 action.create.push(NewRoleSet {
                     index,
                     updated: from_update,
@@ -219,45 +221,6 @@ impl ServiceInput {
         action
     }
 
-    /// The `roleset-index` of a new RoleSet (SPEC §5.1): the lowest index in `0..desired` that
-    /// no active RoleSet (for an update, no active updated RoleSet) and no earlier create
-    /// holds — so a replacement takes the index of the RoleSet it replaces, and indexes above
-    /// `desired - 1` are not reused until needed.
-    fn free_index(
-        &self,
-        active: &[&RoleSetView],
-        planned: &[NewRoleSet],
-        from_update: bool,
-    ) -> u32 {
-        let held = |updated_only: bool| -> BTreeSet<u32> {
-            active
-                .iter()
-                .filter(|r| !updated_only || r.updated)
-                .filter_map(|r| r.index)
-                .chain(
-                    self.pending_creates
-                        .iter()
-                        .filter(|p| !updated_only || p.updated)
-                        .map(|p| p.index),
-                )
-                .chain(
-                    planned
-                        .iter()
-                        .filter(|p| !updated_only || p.updated)
-                        .map(|p| p.index),
-                )
-                .collect()
-        };
-        let lowest_free = |held: &BTreeSet<u32>| (0..).find(|i| !held.contains(i)).unwrap_or(0);
-        let any = held(false);
-        let free = lowest_free(&any);
-        if free < self.desired || !from_update {
-            return free;
-        }
-        // Every slot is taken: an updated RoleSet joins the slot of an outdated one.
-        lowest_free(&held(true))
-    }
-
     /// `RollingUpdate`: delete outdated RoleSets (not-Ready ones at once, Ready ones while more
     /// than `minAvailable` stay Ready) and create updated ones within `desired + maxSurge`.
     fn rolling_update(&self) -> ServiceAction {
@@ -293,9 +256,11 @@ impl ServiceInput {
         }
         let surge = (self.desired + self.budgets.max_surge)
             .saturating_sub(self.present())
-            .min(target.saturating_sub(updated));
+            .min(target.saturating_sub(updated))
+            .min(MAX_CREATES_PER_PASS);
+        let mut indexes = FreeIndexes::new(self, &remaining);
         for _ in 0..surge {
-            let index = self.free_index(&remaining, &action.create, true);
+            let index = indexes.take(true);
             action.create.push(NewRoleSet {
                 index,
                 updated: true,
@@ -326,6 +291,83 @@ impl ServiceInput {
                 .collect(),
             ..ServiceAction::default()
         }
+    }
+}
+
+/// The `roleset-index`es new RoleSets take (SPEC §5.1): the lowest index that no active
+/// RoleSet, create in flight or earlier create of this pass holds — so a replacement takes
+/// the index of the RoleSet it replaces, and indexes above `desired - 1` are not reused until
+/// needed. Once every index below `desired` is held, an updated RoleSet joins the slot of an
+/// outdated one (the lowest index no updated RoleSet holds).
+///
+/// Built once per pass: indexes are only ever added, so the lowest free one never moves
+/// down, and `n` creates cost the held indexes plus `n` steps, not `n` set rebuilds.
+struct FreeIndexes {
+    desired: u32,
+    any: LowestFree,
+    updated: LowestFree,
+}
+
+/// A growing set of held indexes and the lowest index not in it.
+struct LowestFree {
+    held: BTreeSet<u32>,
+    lowest: u32,
+}
+
+impl LowestFree {
+    fn new(held: BTreeSet<u32>) -> Self {
+        let mut free = LowestFree { held, lowest: 0 };
+        free.advance();
+        free
+    }
+
+    fn advance(&mut self) {
+        while self.held.contains(&self.lowest) {
+            self.lowest += 1;
+        }
+    }
+
+    fn hold(&mut self, index: u32) {
+        self.held.insert(index);
+        self.advance();
+    }
+}
+
+impl FreeIndexes {
+    fn new(input: &ServiceInput, active: &[&RoleSetView]) -> Self {
+        let held = |updated_only: bool| -> BTreeSet<u32> {
+            active
+                .iter()
+                .filter(|r| !updated_only || r.updated)
+                .filter_map(|r| r.index)
+                .chain(
+                    input
+                        .pending_creates
+                        .iter()
+                        .filter(|p| !updated_only || p.updated)
+                        .map(|p| p.index),
+                )
+                .collect()
+        };
+        FreeIndexes {
+            desired: input.desired,
+            any: LowestFree::new(held(false)),
+            updated: LowestFree::new(held(true)),
+        }
+    }
+
+    /// The index of the next create, recorded as held.
+    fn take(&mut self, from_update: bool) -> u32 {
+        let index = if self.any.lowest < self.desired || !from_update {
+            self.any.lowest
+        } else {
+            self.updated.lowest
+        };
+        self.any.hold(index);
+        if from_update {
+            self.updated.hold(index);
+        }
+        index
     }
 }
 
@@ -431,6 +473,37 @@ mod tests {
         assert_eq!(proportional_split(2, 0, 0), (0, 2));
         assert_eq!(proportional_split(4, 3, 1), (3, 1));
         assert_eq!(proportional_split(6, 2, 1), (4, 2));
+    }
+
+    /// Hostile input (issue: `kubectl scale --replicas=2147483647`): one pass creates at most
+    /// `MAX_CREATES_PER_PASS` RoleSets, on the lowest free indexes around the held ones,
+    /// however large `desired` is — before, the pass built one set per create and ran out of
+    /// memory.
+    #[test]
+    fn a_huge_scale_out_creates_one_bounded_batch_per_pass() {
+        let held: Vec<RoleSetView> = (0..2_000)
+            .map(|i| rs(&format!("rs-{i}"), true, 2 * i, true))
+            .collect();
+        let mut s = service(i32::MAX as u32, 0, 1, held);
+        s.pending_creates = vec![PendingRoleSet {
+            index: 1,
+            updated: true,
+        }];
+        let action = plan(&s);
+        assert_eq!(action.create.len(), MAX_CREATES_PER_PASS as usize);
+        let indexes: Vec<u32> = action.create.iter().map(|c| c.index).collect();
+        let expected: Vec<u32> = (1..).map(|i| 2 * i + 1).take(indexes.len()).collect();
+        assert_eq!(
+            indexes, expected,
+            "odd indexes above the pending 1, in order"
+        );
+        // A rolling update at the same size is bounded the same way.
+        let mut rolling = service(i32::MAX as u32, i32::MAX as u32, 1, Vec::new());
+        rolling.rolesets = vec![rs("old", false, 0, true)];
+        rolling.two_revisions = true;
+        rolling.desired = 1;
+        rolling.budgets.max_surge = i32::MAX as u32;
+        assert!(rolling.rolling_update().create.len() <= MAX_CREATES_PER_PASS as usize);
     }
 
     #[test]

@@ -125,8 +125,30 @@ pub fn review(
     let request: AdmissionRequest<DynamicObject> =
         review.try_into().map_err(|_| BadRequest::NoRequest)?;
     let (response, verdict) = decide(hook, &request);
+    let patch_bytes = response.patch.as_ref().map_or(0, Vec::len);
+    if patch_bytes > body.len() + PATCH_HEADROOM {
+        // Defaulting adds a few fields per role and the bounded lists keep it small; this
+        // is the backstop that keeps a response from outgrowing its request.
+        tracing::warn!(
+            webhook = hook.name(),
+            patch_bytes,
+            request_bytes = body.len(),
+            "patch too large; denied"
+        );
+        let denied = AdmissionResponse::from(&request).deny(format!(
+            "the defaults for this object make a patch of {patch_bytes} bytes, more than the \
+             request's {} bytes plus {} KiB",
+            body.len(),
+            PATCH_HEADROOM >> 10
+        ));
+        return Ok((denied.into_review(), Verdict::Denied));
+    }
     Ok((response.into_review(), verdict))
 }
+
+/// How much larger than its request a mutating webhook's patch may be: the runtime sidecar
+/// and the defaults of a full role list fit with room to spare.
+pub const PATCH_HEADROOM: usize = 64 << 10;
 
 fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> (AdmissionResponse, Verdict) {
     let allowed = AdmissionResponse::from(req);
