@@ -422,3 +422,108 @@ async fn a_topology_policy_change_reaches_new_pods_and_warns_of_the_old_ones() {
         .unwrap();
     assert_eq!(keys(new), ["kubernetes.io/hostname"]);
 }
+
+/// Issue 14 (6): the pods of a role removed from the spec are deleted (before, they kept
+/// running, holding their resources, absent from the status); the other role's pods are not
+/// touched, and its budgets hold at every observed state.
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_role_removed_from_the_spec_takes_its_pods_with_it() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "rs-removed-role").await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client, ns.name());
+    let recorder = Recorder::start(pods.clone()).await;
+    rolesets
+        .create(
+            &PostParams::default(),
+            &roleset("rs", &[("keep", 2, None), ("gone", 2, None)], "engine:1"),
+        )
+        .await
+        .unwrap();
+    wait_for(&rolesets, "rs", "RoleSet rs Ready", TIMEOUT, |rs| {
+        settled(rs, 1)
+    })
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    let mut kept: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| role_of(p) == "keep")
+        .map(|p| p.uid().unwrap())
+        .collect();
+    kept.sort();
+    assert_eq!(kept.len(), 2);
+    let start = recorder.events().len();
+
+    rolesets
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "test", "path": "/spec/roles/1/name", "value": "gone"},
+                    {"op": "remove", "path": "/spec/roles/1"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let left: Vec<String> = pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| role_of(p) == "gone")
+            .map(|p| p.name_any())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pods of the removed role still present after {TIMEOUT:?}: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_for(
+        &rolesets,
+        "rs",
+        "RoleSet rs Ready at generation 2",
+        TIMEOUT,
+        |rs| settled(rs, 2),
+    )
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    let mut state: BTreeMap<String, Pod> = BTreeMap::new();
+    for (i, event) in recorder.events().iter().enumerate() {
+        event.apply_to(&mut state);
+        if i >= start {
+            assert_pod_budgets(i, &state, &[("keep", 2)], 0, 1);
+            if let Observed::Deleted(pod) = event {
+                assert_eq!(
+                    role_of(pod),
+                    "gone",
+                    "event {i}: only the removed role's pods go"
+                );
+            }
+        }
+    }
+    let mut now: Vec<String> = state
+        .values()
+        .filter(|p| role_of(p) == "keep")
+        .map(|p| p.uid().unwrap())
+        .collect();
+    now.sort();
+    assert_eq!(now, kept, "the kept role's pods are the same pods");
+}

@@ -852,3 +852,99 @@ async fn a_refused_pod_create_is_reported_up_to_the_stormservice_until_it_succee
         "the failure is cleared"
     );
 }
+
+fn condition_of(ss: Option<&StormService>, type_: &str) -> Option<(String, String)> {
+    ss?.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
+}
+
+/// Issue 14 (6): a Service that merely has the StormService's name belongs to somebody else.
+/// It is left alone (before, it was adopted and its selector re-patched every pass) and the
+/// StormService says so in a condition and an event; once it is gone, squall creates its own
+/// headless Service and the condition clears.
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_service_of_the_same_name_that_squall_does_not_own_is_left_alone() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "ss-foreign-svc").await;
+    let services: Api<Service> = Api::namespaced(client.clone(), ns.name());
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let theirs: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "llm", "labels": {"owner": "someone-else"}},
+        "spec": {"selector": {"app": "their-app"}, "ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    let before = services
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &stormservice("llm", 1, json!({"type": "RollingUpdate"}), &[("decode", 1)]),
+    )
+    .await
+    .unwrap();
+    let reported = wait_for(&api, "llm", "ServiceConflict and Ready", TIMEOUT, |ss| {
+        condition_of(ss, "ServiceConflict").is_some_and(|(status, _)| status == "True")
+            && settled(ss, None)
+    })
+    .await
+    .unwrap();
+    let (_, message) = condition_of(reported.as_ref(), "ServiceConflict").unwrap();
+    assert!(
+        message.contains("Service llm exists and is not controlled by this StormService"),
+        "{message}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), ns.name());
+    let warned = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("ServiceConflict") && e.type_.as_deref() == Some("Warning")
+        });
+    assert!(warned, "a Warning event ServiceConflict");
+    // Another pass over the StormService (a scale) still leaves the Service as it was.
+    patch(
+        &api,
+        "llm",
+        json!([{"op": "replace", "path": "/spec/replicas", "value": 2}]),
+    )
+    .await;
+    wait_settled(&api, "llm", 2, "scaled to 2").await;
+    let after = services.get("llm").await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        before.resource_version(),
+        "never written"
+    );
+    assert_eq!(after.spec, before.spec);
+
+    services.delete("llm", &Default::default()).await.unwrap();
+    // squall does not watch other owners' Services; it looks again every 15 s.
+    let cleared = wait_for(&api, "llm", "ServiceConflict cleared", TIMEOUT, |ss| {
+        condition_of(ss, "ServiceConflict").is_none()
+    })
+    .await;
+    assert!(cleared.is_ok(), "{cleared:?}");
+    let ours = services.get("llm").await.unwrap();
+    assert_eq!(
+        ours.spec.clone().and_then(|s| s.selector),
+        Some([("storm-service-name".to_string(), "llm".to_string())].into())
+    );
+    assert!(
+        ours.owner_references()
+            .iter()
+            .any(|o| o.kind == "StormService" && o.controller == Some(true))
+    );
+}

@@ -1331,7 +1331,7 @@ async fn write_status(
         .progress_deadline_seconds
         .map_or(DEFAULT_PROGRESS_DEADLINE, i64::from);
     let stalled_for = now.as_second() - last_progress.as_second();
-    let mut requeue = Action::requeue(Duration::from_secs(300));
+    let mut requeue_seconds = 300;
     let mut progressing = if complete {
         condition(
             "Progressing",
@@ -1367,7 +1367,7 @@ async fn write_status(
         )
     } else {
         let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
-        requeue = Action::requeue(Duration::from_secs(left));
+        requeue_seconds = left;
         condition(
             "Progressing",
             "True",
@@ -1494,10 +1494,17 @@ async fn write_status(
     };
     patch_status(&api, fresh, status, ctx).await?;
     if let Some(seconds) = canary.and_then(|c| c.requeue_after) {
-        requeue = Action::requeue(Duration::from_secs(seconds));
+        requeue_seconds = seconds;
     }
-    Ok(requeue)
+    if service_conflict.is_some() {
+        // Another owner's Service sends squall no events: look again for it to be gone.
+        requeue_seconds = requeue_seconds.min(SERVICE_CONFLICT_RECHECK_SECONDS);
+    }
+    Ok(Action::requeue(Duration::from_secs(requeue_seconds)))
 }
+
+/// How often a StormService whose name is taken by another owner's Service looks again.
+const SERVICE_CONFLICT_RECHECK_SECONDS: u64 = 15;
 
 #[cfg(test)]
 mod tests {
