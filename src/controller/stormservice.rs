@@ -472,7 +472,12 @@ fn evaluate_canary(
     let steps = canary_steps(service)?;
     let stored = fresh.status.as_ref();
     let previous = stored.and_then(|s| s.canary_status.as_ref());
-    let stable = revisions.current.name_any();
+    // A stable revision someone deleted is still the canary's stable side (a full promote
+    // then completes the canary instead of finding nothing to roll).
+    let stable = revisions
+        .stable_missing
+        .clone()
+        .unwrap_or_else(|| revisions.current.name_any());
     let canary = revisions.update.name_any();
     if stable == canary && previous.is_none() {
         return None;
