@@ -352,3 +352,101 @@ async fn a_leader_that_loses_its_lease_stops_its_controllers_and_exits() {
         "the Lease is left to its holder"
     );
 }
+
+/// Issue 14 (6): a leader that loses its Lease stops writing at once. The leader is in the
+/// middle of one long pass (a RoleSet of 4 roles × 500 pods, created one by one) when the
+/// Lease is taken from it; it exits, and the pass is cut short — before, in-flight reconciles
+/// finished first, so the pass created all 2,000 pods as a non-leader.
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_leader_that_loses_its_lease_stops_writing_at_once() {
+    const RELEASE: &str = "lost";
+    const LEASE: &str = "lost-controllers";
+    const ROLES: usize = 4;
+    const PODS_PER_ROLE: i32 = 500;
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "lost-lease").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<squall::api::RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let namespaces = format!("--namespaces={}", ns.name());
+    let mut leader = Operator::start_replica(
+        RELEASE,
+        ns.name(),
+        0,
+        "none",
+        &[
+            "--controllers=true",
+            "--leader-elect=true",
+            "--lease-duration",
+            "3s",
+            &namespaces,
+        ],
+    );
+    wait_for(
+        &leases,
+        LEASE,
+        "the replica holds the Lease",
+        TIMEOUT,
+        |l| holder(l).is_some(),
+    )
+    .await
+    .unwrap();
+    let roles: Vec<(String, i32, Option<i32>)> = (0..ROLES)
+        .map(|i| (format!("role-{i}"), PODS_PER_ROLE, None))
+        .collect();
+    let roles: Vec<(&str, i32, Option<i32>)> =
+        roles.iter().map(|(n, r, o)| (n.as_str(), *r, *o)).collect();
+    rolesets
+        .create(
+            &PostParams::default(),
+            &e2e::roles::roleset("big", &roles, "engine:1"),
+        )
+        .await
+        .unwrap();
+    let count = || async {
+        pods.list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    while count().await < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the leader never started creating pods"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Another holder takes the Lease for an hour.
+    let now = json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now()
+    ));
+    leases
+        .patch(
+            LEASE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "holderIdentity": "another-operator",
+                "acquireTime": now, "renewTime": now, "leaseDurationSeconds": 3600
+            }})),
+        )
+        .await
+        .unwrap();
+    let exited = leader.wait_exit(Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| !s.success()),
+        "the leader must exit on losing the Lease: {exited:?}\n{}",
+        leader.log()
+    );
+    assert!(leader.log().contains("lost the Lease"), "{}", leader.log());
+    let created = count().await;
+    let total = ROLES * PODS_PER_ROLE as usize;
+    assert!(
+        created < total,
+        "the pass went on after the Lease was lost: {created} of {total} pods created"
+    );
+    eprintln!("the pass was cut short at {created} of {total} pods");
+}
