@@ -360,3 +360,185 @@ async fn a_timed_pause_resumes_with_its_remaining_time_after_an_operator_restart
     );
     drop(operator);
 }
+
+/// Puts the CRDs back as the repository has them, even when the test fails.
+struct RestoreCrds;
+
+impl Drop for RestoreCrds {
+    fn drop(&mut self) {
+        install_crds();
+    }
+}
+
+fn invalid_spec(ss: Option<&StormService>) -> Option<String> {
+    condition(ss, "InvalidSpec")
+        .filter(|(status, _)| status == "True")
+        .map(|(_, message)| message)
+}
+
+/// Issue 14 (1): huge replica counts. With the CRD's bounds, `kubectl scale` to 2^31 - 1 is
+/// refused naming the field. With an older CRD (bounds removed) and no webhook, the count
+/// reaches etcd: the operator reports it (`InvalidSpec`, naming the field), stays up and
+/// healthy, leaves the object alone, and a StormService in another namespace still becomes
+/// Ready — before, planning allocated per desired slot and the process aborted (and its
+/// standby after it).
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_huge_replica_count_is_reported_and_the_operator_serves_everyone_else() {
+    install_crds();
+    let _restore = RestoreCrds;
+    let client = client().await;
+    let hostile = TestNamespace::create(&client, "huge").await;
+    let other = TestNamespace::create(&client, "huge-other").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), hostile.name());
+    let mut operator = Operator::start("huge", UNCHECKED);
+    api.create(
+        &PostParams::default(),
+        &stormservice("scaled", 1, json!({"app": "scaled"})),
+    )
+    .await
+    .unwrap();
+    wait_for(&api, "scaled", "scaled Ready", TIMEOUT, settled)
+        .await
+        .unwrap();
+
+    // The CRD's bound: refused by the API server, naming the field.
+    let refused = e2e::kubectl(
+        &[
+            "scale",
+            "stormservice",
+            "scaled",
+            "--replicas=2147483647",
+            "-n",
+            hostile.name(),
+        ],
+        None,
+    );
+    assert!(!refused.success, "scale to 2^31 - 1 must be refused");
+    assert!(
+        refused.stderr.contains("spec.replicas") && refused.stderr.contains("10000"),
+        "{}",
+        refused.stderr
+    );
+
+    // An older CRD without the bounds.
+    let schema = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties";
+    let unbound = json!([
+        {"op": "remove", "path": format!("{schema}/replicas/maximum")},
+        {"op": "remove", "path": format!("{schema}/template/properties/spec/properties/roles/items/properties/replicas/maximum")},
+    ])
+    .to_string();
+    let patched = e2e::kubectl(
+        &[
+            "patch",
+            "crd",
+            "stormservices.orchestration.aibrix.ai",
+            "--type=json",
+            "-p",
+            &unbound,
+        ],
+        None,
+    );
+    assert!(patched.success, "{}", patched.stderr);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let scaled = e2e::kubectl(
+            &[
+                "scale",
+                "stormservice",
+                "scaled",
+                "--replicas=2147483647",
+                "-n",
+                hostile.name(),
+            ],
+            None,
+        );
+        if scaled.success {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unbounded CRD never took effect: {}",
+            scaled.stderr
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut role = stormservice("role", 1, json!({"app": "role"}));
+    role.spec
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .roles
+        .as_mut()
+        .unwrap()[0]
+        .stateful = Some(true);
+    api.create(&PostParams::default(), &role).await.unwrap();
+    wait_for(&api, "role", "role Ready", TIMEOUT, settled)
+        .await
+        .unwrap();
+    api.patch(
+        "role",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([{"op": "replace",
+                "path": "/spec/template/spec/roles/0/replicas", "value": i32::MAX}]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+
+    for (name, field) in [
+        ("scaled", "spec.replicas"),
+        ("role", "spec.template.spec.roles[0].replicas"),
+    ] {
+        let reported = wait_for(&api, name, "InvalidSpec", TIMEOUT, |ss| {
+            invalid_spec(ss).is_some()
+        })
+        .await
+        .unwrap();
+        let message = invalid_spec(reported.as_ref()).unwrap();
+        assert!(
+            message.contains(field) && message.contains("less than or equal to 10000"),
+            "{name}: {message}"
+        );
+    }
+    // Left alone: still one RoleSet each.
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), hostile.name());
+    assert_eq!(
+        rolesets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+
+    // Everyone else is still served.
+    let elsewhere: Api<StormService> = Api::namespaced(client.clone(), other.name());
+    elsewhere
+        .create(
+            &PostParams::default(),
+            &stormservice("llm", 2, json!({"app": "llm"})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &elsewhere,
+        "llm",
+        "a StormService in another namespace Ready",
+        TIMEOUT,
+        settled,
+    )
+    .await
+    .unwrap();
+    assert!(
+        operator.wait_exit(Duration::ZERO).is_none(),
+        "the operator is still running"
+    );
+    let (status, _) = e2e::operator::http_get(operator.admin_addr, "/healthz").unwrap();
+    assert_eq!(status, 200);
+    drop(operator);
+}
