@@ -32,6 +32,9 @@ impl Readiness {
     /// the `caBundle` currently in both webhook configurations (SPEC §4.3).
     pub async fn check(&self) -> Result<(), String> {
         let state = self.certs.borrow().clone();
+        if let Some(problem) = state.problem {
+            return Err(problem);
+        }
         let current = state.current.ok_or("no serving certificate loaded yet")?;
         let bundle = if self.own_bundle {
             current.bundle.ca_crt.clone()

@@ -96,13 +96,28 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
 impl Operator {
     /// Starts `squall run --local` with `extra` flags and waits until `/readyz` is green.
     pub fn start(release: &str, extra: &[&str]) -> Self {
-        Self::spawn(release, "--local", extra)
+        let mut operator = Self::spawn(release, "--local", extra);
+        operator.wait_ready(Duration::from_secs(60));
+        operator
     }
 
     /// Starts one replica of an in-cluster style deployment: certificates in the Secret
     /// `<release>-webhook-tls` of `namespace` (shared by every replica), `--webhook-configs`
     /// `configs` (`none` or `inject`), `127.0.0.1` added to the serving certificate's names.
     pub fn start_replica(
+        release: &str,
+        namespace: &str,
+        replica: usize,
+        configs: &str,
+        extra: &[&str],
+    ) -> Self {
+        let mut operator = Self::start_replica_unready(release, namespace, replica, configs, extra);
+        operator.wait_ready(Duration::from_secs(60));
+        operator
+    }
+
+    /// [`Operator::start_replica`] without waiting for `/readyz`.
+    pub fn start_replica_unready(
         release: &str,
         namespace: &str,
         replica: usize,
@@ -177,16 +192,14 @@ impl Operator {
             });
         let pid_file = dir.join(format!("squall-{release}.pid"));
         std::fs::write(&pid_file, child.id().to_string()).expect("pid file");
-        let mut operator = Self {
+        Self {
             child,
             release: release.to_string(),
             webhook_addr,
             admin_addr,
             cert_dir,
             pid_file,
-        };
-        operator.wait_ready(Duration::from_secs(60));
-        operator
+        }
     }
 
     /// Waits until `/readyz` answers 200.

@@ -225,7 +225,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         CertMode::SelfSigned => Source::SelfSigned {
             store: match (&args.cert_dir, args.local) {
                 (Some(dir), _) => Store::Dir(dir.clone()),
-                (None, true) => Store::Dir(std::env::temp_dir().join("squall-local-certs")),
+                (None, true) => Store::Dir(local_cert_dir(&args.release)),
                 (None, false) => Store::Secret {
                     api: Box::new(Api::<Secret>::namespaced(client.clone(), &args.namespace)),
                     name: format!("{}-webhook-tls", args.release),
@@ -321,6 +321,17 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(e)) => Err(e.into()),
     }
+}
+
+/// Where `--local` keeps its certificates without `--cert-dir`: a directory of this user's
+/// (`$XDG_RUNTIME_DIR`, else `~/.local/state`), never a shared, predictable `/tmp` path. The
+/// store creates it 0700 and refuses one that others can enter.
+fn local_cert_dir(release: &str) -> PathBuf {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("squall").join(release).join("certs")
 }
 
 /// The webhook listener, with SO_REUSEPORT when asked for.

@@ -37,6 +37,9 @@ pub struct CertState {
     /// The `caBundle` both webhook configurations carry (None until they agree, or when no
     /// configurations are managed or read).
     pub injected_bundle: Option<String>,
+    /// Why the stored certificates cannot be used or repaired, when that is so (`/readyz`
+    /// says it).
+    pub problem: Option<String>,
 }
 
 /// Which webhook configurations carry `caBundle`, and who owns them
@@ -116,16 +119,32 @@ pub async fn run(
 ) -> Result<(), Error> {
     let mut wakeups = wakeup_stream(&source, &configs);
     let mut two_ca_since: Option<OffsetDateTime> = None;
+    // Consecutive passes that wrote: each waits longer before looking again, so a store that
+    // does not take (or a policy that never settles) is never written in a tight loop.
+    let mut writes_in_a_row: u32 = 0;
     loop {
         let now = OffsetDateTime::now_utc();
+        let mut problem = None;
         let (current, next_check) = match &source {
             Source::SelfSigned {
                 store,
                 sans,
                 lifetimes,
             } => match reconcile(store, sans, *lifetimes, now, two_ca_since).await {
-                Ok(result) => result,
+                Ok((current, wrote, next)) => {
+                    writes_in_a_row = if wrote { writes_in_a_row + 1 } else { 0 };
+                    let next = match writes_in_a_row {
+                        0 => next,
+                        n => next.max(now + write_backoff(n)),
+                    };
+                    (current, next)
+                }
                 Err(StoreError::Conflict) => continue, // someone else wrote: reload at once
+                Err(e @ StoreError::Foreign(_)) => {
+                    // Nothing to repair: wait for the Secret to change (its watch wakes us).
+                    problem = Some(e.to_string());
+                    (state.borrow().current.clone(), now + FOREIGN_RECHECK)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "certificate store unavailable; retrying");
                     (state.borrow().current.clone(), now + Duration::from_secs(2))
@@ -133,6 +152,12 @@ pub async fn run(
             },
             Source::External { dir, poll } => (load_external(dir).await, now + *poll),
         };
+        if state.borrow().problem != problem {
+            if let Some(problem) = &problem {
+                tracing::error!(%problem, "webhook certificates");
+            }
+            state.send_modify(|s| s.problem = problem.clone());
+        }
         if let Some(current) = &current {
             let changed = state
                 .borrow()
@@ -193,41 +218,91 @@ pub async fn run(
     }
 }
 
-/// One pass of the self-signed policy: load, decide, write; returns what is current and
-/// when to look again.
+/// How long after the `n`th pass in a row that wrote the next pass comes: 1 s, doubling,
+/// at most a minute.
+fn write_backoff(n: u32) -> Duration {
+    Duration::from_secs(1 << n.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+}
+
+/// How often a Secret squall did not make is looked at again (its watch wakes the loop
+/// sooner when it changes).
+const FOREIGN_RECHECK: Duration = Duration::from_secs(60);
+
+/// One pass of the self-signed policy: load, decide, write; returns what is current, whether
+/// this pass wrote, and when to look again.
+///
+/// A bundle that does not read back whole is repaired part by part: a serving certificate or
+/// key that is missing, garbled, mismatched or not signed by the stored CA is re-issued from
+/// that CA (`caBundle` and every client's trust stay as they are); only a broken CA part
+/// (`ca.crt`, or a `ca.key` that is not the newest CA's) starts over.
 async fn reconcile(
     store: &Store,
     sans: &[String],
     lifetimes: Lifetimes,
     now: OffsetDateTime,
     two_ca_since: Option<OffsetDateTime>,
-) -> Result<(Option<Arc<Parsed>>, OffsetDateTime), StoreError> {
+) -> Result<(Option<Arc<Parsed>>, bool, OffsetDateTime), StoreError> {
     let stored = store.load().await?;
+    let mut repaired_serving = None;
     let parsed = match &stored {
         Some(s) => match Parsed::from_bundle(s.bundle.clone()) {
             Ok(p) => Some(p),
+            Err(e) if e.is_serving_part() => {
+                tracing::warn!(error = %e, "the serving certificate is unusable; re-issuing it from the stored CA");
+                repaired_serving = Some(
+                    repair_serving(&s.bundle, sans, lifetimes, now)
+                        .map_err(|e| StoreError::Invalid(e.to_string()))?,
+                );
+                None
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "stored certificates are unusable; replacing them");
+                tracing::warn!(error = %e, "the stored CA is unusable; issuing new certificates");
                 None
             }
         },
         None => None,
     };
-    let decision = plan(now, parsed.as_ref(), sans, lifetimes, two_ca_since);
-    let next = match (decision.action.clone(), parsed) {
-        (Action::Wait, Some(p)) => return Ok((Some(Arc::new(p)), decision.recheck_at)),
-        (Action::Wait, None) => unreachable!("plan creates when nothing usable is stored"),
-        (action, parsed) => next_bundle(&action, parsed.as_ref(), sans, lifetimes, now)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?,
+    let (action, next) = match repaired_serving {
+        Some(bundle) => (Action::RenewServing, bundle),
+        None => {
+            let decision = plan(now, parsed.as_ref(), sans, lifetimes, two_ca_since);
+            let next = match (decision.action.clone(), parsed) {
+                (Action::Wait, Some(p)) => {
+                    return Ok((Some(Arc::new(p)), false, decision.recheck_at));
+                }
+                (Action::Wait, None) => unreachable!("plan creates when nothing usable is stored"),
+                (action, parsed) => next_bundle(&action, parsed.as_ref(), sans, lifetimes, now)
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            };
+            (decision.action, next)
+        }
     };
-    tracing::info!(action = ?decision.action, "webhook certificates");
+    tracing::info!(?action, "webhook certificates");
     let written: Stored = match &stored {
         None => store.create(&next).await?,
         Some(s) => store.update(&next, &s.version).await?,
     };
     let parsed =
         Parsed::from_bundle(written.bundle).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    Ok((Some(Arc::new(parsed)), now))
+    Ok((Some(Arc::new(parsed)), true, now))
+}
+
+/// `bundle` with a new serving certificate from its (sound) newest CA.
+fn repair_serving(
+    bundle: &Bundle,
+    sans: &[String],
+    lifetimes: Lifetimes,
+    now: OffsetDateTime,
+) -> Result<Bundle, pki::Error> {
+    let (cas, _) = pki::read_cas(bundle)?;
+    let newest = cas.last().expect("read_cas returns a CA");
+    let (tls_crt, tls_key) =
+        pki::issue_serving(&newest.pem, &bundle.ca_key, sans, now, lifetimes.serving)?;
+    Ok(Bundle {
+        tls_crt,
+        tls_key,
+        ..bundle.clone()
+    })
 }
 
 /// The bundle after `action`.
@@ -519,4 +594,68 @@ fn wakeup_stream(
         .map(|_| ()),
     ));
     Box::pin(futures::stream::select_all(streams))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lifetimes() -> Lifetimes {
+        Lifetimes {
+            ca: Duration::from_secs(3600),
+            serving: Duration::from_secs(600),
+            injection_period: Duration::from_secs(2),
+        }
+    }
+
+    fn temp_store(tag: &str) -> (std::path::PathBuf, Store) {
+        let dir = std::env::temp_dir().join(format!("webhook-certs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        (dir.clone(), Store::Dir(dir))
+    }
+
+    /// Issue 14 (5): a broken serving part is re-issued from the stored CA — `ca.crt` (the
+    /// `caBundle` every client trusts) is untouched — and the next pass waits.
+    #[tokio::test]
+    async fn a_broken_serving_certificate_is_reissued_from_the_stored_ca() {
+        let (dir, store) = temp_store("repair");
+        let sans = vec!["127.0.0.1".to_string()];
+        let now = OffsetDateTime::now_utc();
+        let (first, wrote, _) = reconcile(&store, &sans, lifetimes(), now, None)
+            .await
+            .unwrap();
+        assert!(wrote);
+        let ca = first.unwrap().bundle.ca_crt.clone();
+        for (file, contents) in [
+            (
+                "tls.crt",
+                "-----BEGIN CERTIFICATE-----\ngarbled\n-----END CERTIFICATE-----\n",
+            ),
+            ("tls.key", ""),
+        ] {
+            std::fs::write(dir.join(file), contents).unwrap();
+            let (repaired, wrote, _) = reconcile(&store, &sans, lifetimes(), now, None)
+                .await
+                .unwrap();
+            assert!(wrote, "{file} repaired");
+            assert_eq!(repaired.unwrap().bundle.ca_crt, ca, "{file}: the CA stays");
+            let (_, wrote, _) = reconcile(&store, &sans, lifetimes(), now, None)
+                .await
+                .unwrap();
+            assert!(!wrote, "{file}: settled after one write");
+        }
+        // A missing file is a broken part too.
+        std::fs::remove_file(dir.join("tls.key")).unwrap();
+        let (repaired, _, _) = reconcile(&store, &sans, lifetimes(), now, None)
+            .await
+            .unwrap();
+        assert_eq!(repaired.unwrap().bundle.ca_crt, ca);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn writes_in_a_row_back_off_to_a_minute() {
+        let waits: Vec<u64> = (1..=9).map(|n| write_backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
 }

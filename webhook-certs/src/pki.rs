@@ -10,6 +10,11 @@ use rcgen::{
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificate};
 
+const CA_CRT: &str = "ca.crt";
+const CA_KEY: &str = "ca.key";
+const TLS_CRT: &str = "tls.crt";
+const TLS_KEY: &str = "tls.key";
+
 /// Certificates are backdated by this much so peers with slow clocks accept them at once.
 pub const CLOCK_SKEW_BACKDATE: Duration = Duration::from_secs(3600);
 
@@ -118,35 +123,30 @@ pub struct Parsed {
 }
 
 impl Parsed {
-    /// Reads the certificates of a bundle.
+    /// Reads the certificates of a bundle and checks that its parts fit together: the CA key
+    /// is the newest CA's, the serving key is the serving certificate's, and the serving
+    /// certificate is signed by one of the CAs. The error names the first part that does
+    /// not ([`Error::is_serving_part`] tells whether the CAs themselves are sound).
     pub fn from_bundle(bundle: Bundle) -> Result<Self, Error> {
-        let mut cas = Vec::new();
-        for pem in pem_blocks(&bundle.ca_crt) {
-            let der = decode(&pem, "ca.crt")?;
-            let (_, cert) =
-                X509Certificate::from_der(&der).map_err(|e| parse_error("ca.crt", e))?;
-            cas.push(CaInfo {
-                subject: cert.subject().to_string(),
-                validity: validity_of(&cert),
-                pem,
-            });
-        }
-        if cas.is_empty() || cas.len() > 2 {
-            return Err(Error::Parse {
-                what: "ca.crt",
-                detail: format!("holds {} certificates; expected 1 or 2", cas.len()),
-            });
-        }
-        let der = decode(&bundle.tls_crt, "tls.crt")?;
-        let (_, cert) = X509Certificate::from_der(&der).map_err(|e| parse_error("tls.crt", e))?;
+        let (cas, ca_ders) = read_cas(&bundle)?;
+        let der = decode(&bundle.tls_crt, TLS_CRT)?;
+        let (_, cert) = X509Certificate::from_der(&der).map_err(|e| parse_error(TLS_CRT, e))?;
         let serving = ServingInfo {
             issuer: cert.issuer().to_string(),
             serial: cert.raw_serial_as_string(),
             validity: validity_of(&cert),
             sans: sans_of(&cert),
         };
-        KeyPair::from_pem(&bundle.ca_key).map_err(|e| parse_error("ca.key", e))?;
-        KeyPair::from_pem(&bundle.tls_key).map_err(|e| parse_error("tls.key", e))?;
+        key_matches(&bundle.tls_key, &cert, TLS_KEY, "tls.crt")?;
+        let signed = ca_ders.iter().any(|der| {
+            X509Certificate::from_der(der).is_ok_and(|(_, ca)| {
+                ca.subject() == cert.issuer()
+                    && cert.verify_signature(Some(ca.public_key())).is_ok()
+            })
+        });
+        if !signed {
+            return Err(parse_error(TLS_CRT, "is not signed by a CA in ca.crt"));
+        }
         Ok(Self {
             bundle,
             cas,
@@ -157,6 +157,65 @@ impl Parsed {
     /// The newest CA (the one whose key is stored).
     pub fn newest_ca(&self) -> &CaInfo {
         self.cas.last().expect("a parsed bundle has a CA")
+    }
+}
+
+/// The CAs of a bundle, checked on their own (1 or 2 certificates, the key the newest's),
+/// with their DER: what a broken serving certificate is re-issued from.
+pub fn read_cas(bundle: &Bundle) -> Result<(Vec<CaInfo>, Vec<Vec<u8>>), Error> {
+    let mut cas = Vec::new();
+    let mut ders = Vec::new();
+    for pem in pem_blocks(&bundle.ca_crt) {
+        let der = decode(&pem, CA_CRT)?;
+        let (_, cert) = X509Certificate::from_der(&der).map_err(|e| parse_error(CA_CRT, e))?;
+        cas.push(CaInfo {
+            subject: cert.subject().to_string(),
+            validity: validity_of(&cert),
+            pem,
+        });
+        ders.push(der);
+    }
+    if cas.is_empty() || cas.len() > 2 {
+        return Err(Error::Parse {
+            what: CA_CRT,
+            detail: format!("holds {} certificates; expected 1 or 2", cas.len()),
+        });
+    }
+    let (_, newest) = X509Certificate::from_der(ders.last().expect("one CA"))
+        .map_err(|e| parse_error(CA_CRT, e))?;
+    key_matches(&bundle.ca_key, &newest, CA_KEY, "the newest CA")?;
+    Ok((cas, ders))
+}
+
+/// Whether `key_pem` is the private key of `cert`.
+fn key_matches(
+    key_pem: &str,
+    cert: &X509Certificate<'_>,
+    what: &'static str,
+    of: &str,
+) -> Result<(), Error> {
+    let key = KeyPair::from_pem(key_pem).map_err(|e| parse_error(what, e))?;
+    if key.public_key_raw() != cert.public_key().subject_public_key.data.as_ref() {
+        return Err(parse_error(what, format!("is not the key of {of}")));
+    }
+    Ok(())
+}
+
+impl Error {
+    /// Whether the problem lies in the serving certificate or its key only — the CAs are
+    /// sound, so only the serving certificate needs re-issuing (`caBundle` stays).
+    pub fn is_serving_part(&self) -> bool {
+        matches!(self, Error::Parse { what, .. } if *what == TLS_CRT || *what == TLS_KEY)
+    }
+}
+
+/// A SAN in one spelling: IP addresses as Rust formats them (`FE80::1` → `fe80::1`), DNS
+/// names in lowercase without a trailing dot — so a name given differently from how it reads
+/// back from a certificate never looks like a change.
+pub fn canonical_san(san: &str) -> String {
+    match san.parse::<IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => san.trim_end_matches('.').to_ascii_lowercase(),
     }
 }
 
@@ -194,7 +253,9 @@ pub fn issue_serving(
         sans.first().map_or("squall-webhook", String::as_str),
     );
     params.distinguished_name = name;
-    params.subject_alt_names = sans
+    let mut canonical: Vec<String> = sans.iter().map(|s| canonical_san(s)).collect();
+    canonical.dedup();
+    params.subject_alt_names = canonical
         .iter()
         .map(|san| match san.parse::<IpAddr>() {
             Ok(ip) => Ok(SanType::IpAddress(ip)),
@@ -366,5 +427,78 @@ mod tests {
             Parsed::from_bundle(bundle),
             Err(Error::Parse { what: "ca.crt", .. })
         ));
+    }
+
+    fn issued(ca: &(String, String)) -> (String, String) {
+        issue_serving(&ca.0, &ca.1, &["a".into()], now(), Duration::from_secs(60)).unwrap()
+    }
+
+    /// Issue 14 (5): parts that do not fit together are found, and told apart by where the
+    /// problem lies — the serving part (re-issued alone) or the CA part.
+    #[test]
+    fn mismatched_parts_are_found_and_told_apart() {
+        let ca = new_ca(now(), Duration::from_secs(3600)).unwrap();
+        let other_ca = new_ca(now(), Duration::from_secs(3600)).unwrap();
+        let (tls_crt, tls_key) = issued(&ca);
+        let good = Bundle {
+            ca_crt: ca.0.clone(),
+            ca_key: ca.1.clone(),
+            tls_crt: tls_crt.clone(),
+            tls_key: tls_key.clone(),
+            retire_old_ca_after: None,
+        };
+        assert!(Parsed::from_bundle(good.clone()).is_ok());
+        let serving_problems = [
+            Bundle {
+                tls_key: issued(&ca).1,
+                ..good.clone()
+            },
+            Bundle {
+                tls_crt: issued(&other_ca).0,
+                tls_key: String::new(),
+                ..good.clone()
+            },
+            {
+                let (crt, key) = issued(&other_ca);
+                Bundle {
+                    tls_crt: crt,
+                    tls_key: key,
+                    ..good.clone()
+                }
+            },
+            Bundle {
+                tls_crt: "-----BEGIN CERTIFICATE-----\ngarbled\n-----END CERTIFICATE-----\n".into(),
+                ..good.clone()
+            },
+            Bundle {
+                tls_crt: String::new(),
+                ..good.clone()
+            },
+        ];
+        for (i, bundle) in serving_problems.into_iter().enumerate() {
+            let error = Parsed::from_bundle(bundle).unwrap_err();
+            assert!(error.is_serving_part(), "case {i}: {error}");
+            assert!(read_cas(&good).is_ok());
+        }
+        for (i, bundle) in [
+            Bundle {
+                ca_key: other_ca.1.clone(),
+                ..good.clone()
+            },
+            Bundle {
+                ca_crt: String::new(),
+                ..good.clone()
+            },
+            Bundle {
+                ca_key: String::new(),
+                ..good
+            },
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let error = Parsed::from_bundle(bundle).unwrap_err();
+            assert!(!error.is_serving_part(), "case {i}: {error}");
+        }
     }
 }

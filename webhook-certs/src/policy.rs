@@ -140,12 +140,13 @@ fn serving_due(stored: &Parsed, sans: &[String], now: OffsetDateTime) -> bool {
     now >= stored.serving.validity.renew_at() || !same_names(&stored.serving.sans, sans)
 }
 
+/// The same set of names, compared in canonical form (`FE80::1` is `fe80::1`): a spelling
+/// difference must never look like a change, or every pass would re-issue.
 fn same_names(a: &[String], b: &[String]) -> bool {
-    let mut a = a.to_vec();
-    let mut b = b.to_vec();
-    a.sort();
-    b.sort();
-    a == b
+    let canonical = |names: &[String]| -> std::collections::BTreeSet<String> {
+        names.iter().map(|n| crate::pki::canonical_san(n)).collect()
+    };
+    canonical(a) == canonical(b)
 }
 
 #[cfg(test)]
@@ -306,6 +307,29 @@ mod tests {
             )
             .action,
             Action::Create
+        );
+    }
+
+    /// Issue 14 (5): a SAN spelled differently from how it reads back (`--extra-san FE80::1`,
+    /// an upper-case or dotted DNS name) settles after one issue; before, it was re-issued
+    /// about 160 times a second.
+    #[test]
+    fn names_in_another_spelling_are_the_same_names() {
+        let asked = vec!["FE80::1".to_string(), "Squall.Example.".to_string()];
+        let (ca_crt, ca_key) = new_ca(t0(), lifetimes().ca).unwrap();
+        let (tls_crt, tls_key) =
+            issue_serving(&ca_crt, &ca_key, &asked, t0(), lifetimes().serving).unwrap();
+        let stored = parsed(Bundle {
+            ca_crt,
+            ca_key,
+            tls_crt,
+            tls_key,
+            retire_old_ca_after: None,
+        });
+        assert_eq!(stored.serving.sans, ["fe80::1", "squall.example"]);
+        assert_eq!(
+            plan(t0(), Some(&stored), &asked, lifetimes(), None).action,
+            Action::Wait
         );
     }
 }

@@ -35,6 +35,14 @@ pub enum StoreError {
     /// The stored data is incomplete or malformed.
     #[error("stored certificates are unusable: {0}")]
     Invalid(String),
+    /// The Secret holds a certificate but no CA: made by hand (`kubectl create secret tls`)
+    /// or by another tool. Self-signed mode does not overwrite what it did not write.
+    #[error(
+        "Secret {0} has tls.crt but neither ca.crt nor ca.key: it was not made by squall's \
+         self-signed mode, which leaves it alone. Delete it to let squall issue its own \
+         certificates, or serve it with --cert-mode external"
+    )]
+    Foreign(String),
     /// Reading or writing files failed.
     #[error("certificate directory: {0}")]
     Io(#[from] std::io::Error),
@@ -74,12 +82,19 @@ impl Store {
                     return Ok(None);
                 };
                 let data = secret.data.unwrap_or_default();
+                if !data.contains_key(CA_CRT)
+                    && !data.contains_key(CA_KEY)
+                    && data.contains_key(TLS_CRT)
+                {
+                    return Err(StoreError::Foreign(name.clone()));
+                }
+                // A missing or garbled key reads as empty: the part it belongs to fails to
+                // parse and is repaired, and only that part.
                 let text = |key: &str| -> Result<String, StoreError> {
-                    let bytes = data
+                    Ok(data
                         .get(key)
-                        .ok_or_else(|| StoreError::Invalid(format!("Secret {name} lacks {key}")))?;
-                    String::from_utf8(bytes.0.clone())
-                        .map_err(|_| StoreError::Invalid(format!("{key} is not UTF-8")))
+                        .and_then(|bytes| String::from_utf8(bytes.0.clone()).ok())
+                        .unwrap_or_default())
                 };
                 let retire = secret
                     .metadata
@@ -111,12 +126,20 @@ impl Store {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                     Err(e) => return Err(e.into()),
                 };
+                // As for the Secret: a missing file reads as empty and its part is repaired.
+                let file = |key: &'static str| async move {
+                    match read(key).await {
+                        Ok(text) => Ok(text),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+                        Err(e) => Err(StoreError::from(e)),
+                    }
+                };
                 Ok(Some(Stored {
                     bundle: Bundle {
-                        ca_crt: read(CA_CRT).await?,
-                        ca_key: read(CA_KEY).await?,
-                        tls_crt: read(TLS_CRT).await?,
-                        tls_key: read(TLS_KEY).await?,
+                        ca_crt: file(CA_CRT).await?,
+                        ca_key: file(CA_KEY).await?,
+                        tls_crt: file(TLS_CRT).await?,
+                        tls_key: file(TLS_KEY).await?,
                         retire_old_ca_after: retire,
                     },
                     version,
@@ -207,15 +230,34 @@ fn stored_from(bundle: &Bundle, secret: Secret) -> Stored {
     }
 }
 
-/// Writes every file (each atomically), the version file last.
+/// Writes every file (each atomically), the version file last. The directory is private to
+/// this user (0700, created so, and refused when it is a symlink, another user's, or open to
+/// others) and each file is created afresh with mode 0600 (`O_EXCL`, which never follows a
+/// symlink), then renamed into place.
 async fn write_dir(dir: &Path, bundle: &Bundle, version: u64) -> Result<Stored, StoreError> {
-    tokio::fs::create_dir_all(dir).await?;
+    private_dir(dir)?;
     let write = |name: &str, contents: String| {
         let path = dir.join(name);
         let tmp = dir.join(format!(".{name}.tmp"));
         async move {
-            tokio::fs::write(&tmp, contents).await?;
-            tokio::fs::rename(&tmp, &path).await
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                match std::fs::remove_file(&tmp) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
+                file.write_all(contents.as_bytes())?;
+                file.sync_all()?;
+                std::fs::rename(&tmp, &path)
+            })
+            .await
+            .map_err(std::io::Error::other)?
         }
     };
     write(CA_KEY, bundle.ca_key.clone()).await?;
@@ -234,6 +276,46 @@ async fn write_dir(dir: &Path, bundle: &Bundle, version: u64) -> Result<Stored, 
         bundle: bundle.clone(),
         version: version.to_string(),
     })
+}
+
+/// Creates `dir` (and missing parents) with mode 0700, or checks that the existing one is a
+/// real directory of this user that nobody else can enter.
+fn private_dir(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+        Ok(meta) => {
+            let refuse = |why: &str| {
+                Err(StoreError::Invalid(format!(
+                    "certificate directory {}: {why}; choose another --cert-dir",
+                    dir.display()
+                )))
+            };
+            if meta.file_type().is_symlink() || !meta.is_dir() {
+                return refuse("not a directory (a symlink is not followed)");
+            }
+            if meta.uid() != current_uid()? {
+                return refuse("owned by another user");
+            }
+            if meta.permissions().mode() & 0o077 != 0 {
+                return refuse("open to other users (mode must be 0700)");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// This process's effective user id: the owner of `/proc/self` (std has no `geteuid`).
+fn current_uid() -> Result<u32, StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata("/proc/self")?.uid())
 }
 
 fn format_time(t: OffsetDateTime) -> String {
@@ -285,5 +367,37 @@ mod tests {
         ));
         assert_eq!(store.load().await.unwrap().unwrap().bundle, next);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 14 (5): keys are written 0600 into a 0700 directory, and a directory that is a
+    /// symlink or open to others is refused rather than written into.
+    #[tokio::test]
+    async fn the_directory_store_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let base =
+            std::env::temp_dir().join(format!("webhook-certs-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("nested/certs");
+        let store = Store::Dir(dir.clone());
+        store.create(&bundle("a")).await.unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        for file in [CA_KEY, TLS_KEY, CA_CRT, TLS_CRT, VERSION_FILE] {
+            assert_eq!(mode(&dir.join(file)), 0o600, "{file}");
+        }
+
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let through_link = Store::Dir(link);
+        assert!(matches!(
+            through_link.update(&bundle("b"), "1").await,
+            Err(StoreError::Invalid(m)) if m.contains("symlink")
+        ));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(matches!(
+            store.update(&bundle("b"), "1").await,
+            Err(StoreError::Invalid(m)) if m.contains("open to other users")
+        ));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
