@@ -10,5 +10,6 @@ RUN cargo build --release --locked --bin squall \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/squall /usr/local/bin/squall
 USER 65532:65532
-EXPOSE 8443 8080
+# The webhook (HTTPS) and admin (/healthz, /readyz, /metrics) ports, as `squall run` binds them.
+EXPOSE 9443 8080
 ENTRYPOINT ["/usr/local/bin/squall"]

@@ -187,6 +187,26 @@ fn the_default_install_is_hardened_least_privileged_and_highly_available() {
         );
         assert!(hook.get("namespaceSelector").is_none());
     }
+    // The Service the API server calls carries the webhook port only; the admin port is
+    // reachable through its own Service, and the NetworkPolicy opens the webhook port and the
+    // admin port (to the monitoring namespace) and nothing else.
+    let webhook_service = of_kind(&docs, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == "squall-webhook")
+        .expect("the webhook Service");
+    assert_eq!(
+        webhook_service["spec"]["ports"],
+        json!([{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}])
+    );
+    let policy = one(&docs, "NetworkPolicy");
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let rules = policy["spec"]["ingress"].as_array().unwrap();
+    let ports: Vec<&Value> = rules.iter().map(|r| &r["ports"][0]["port"]).collect();
+    assert_eq!(ports, [&json!("webhook"), &json!("admin")]);
+    assert_eq!(
+        rules[1]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
     // Cluster-wide: the workload rules sit in a ClusterRole.
     let grants = grants(&docs);
     let granted = |role_kind: &str, resource: &str, verb: &str| {
@@ -355,18 +375,26 @@ fn external_certificates_come_from_cert_manager() {
 #[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn optional_parts_switch_on_and_off() {
     type Check = fn(&[Value]);
-    let table: [(&[&str], Check); 6] = [
+    let table: [(&[&str], Check); 7] = [
         (&["metrics.serviceMonitor.enabled=true"], |docs| {
             let monitor = one(docs, "ServiceMonitor");
             assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
-            let service = one(docs, "Service");
-            assert!(
-                service["spec"]["ports"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|p| p["name"] == "metrics")
-            );
+            // The monitor selects the metrics Service, the only one with the admin port.
+            let selected: Vec<&Value> = of_kind(docs, "Service")
+                .into_iter()
+                .filter(|s| {
+                    monitor["spec"]["selector"]["matchLabels"]
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .all(|(k, v)| &s["metadata"]["labels"][k] == v)
+                })
+                .collect();
+            assert_eq!(selected.len(), 1);
+            assert_eq!(selected[0]["spec"]["ports"][0]["name"], "metrics");
+        }),
+        (&["networkPolicy.enabled=false"], |docs| {
+            assert!(of_kind(docs, "NetworkPolicy").is_empty());
         }),
         (&["crds.install=false"], |docs| {
             assert!(of_kind(docs, "CustomResourceDefinition").is_empty());

@@ -42,6 +42,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-webhook" (include "squall.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The Service in front of the admin port (metrics scrapers). */}}
+{{- define "squall.metricsService" -}}
+{{- printf "%s-metrics" (include "squall.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* external mode: the Secret with the serving certificate. */}}
 {{- define "squall.certSecret" -}}
 {{- default (printf "%s-webhook-cert" (include "squall.fullname" .)) .Values.certificates.secretName }}
