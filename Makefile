@@ -1,5 +1,5 @@
 # The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
-.PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench soak
+.PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench soak audit
 
 run:            ## local control plane + CRDs + samples (the operator once it exists)
 	hack/run.sh
@@ -24,6 +24,9 @@ cluster-down:
 
 lint:           ## squall lint on the bundled samples
 	cargo run --quiet --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
+
+audit:          ## cargo deny with the RustSec advisories (needs network access to GitHub)
+	hack/deny.sh --advisories
 
 fuzz:           ## fuzz the admission review handler (FUZZ_SECONDS, default 600)
 	hack/fuzz.sh

@@ -6,6 +6,8 @@
 #   - controller: scale, writes, CPU, memory, step latency on the local control plane, vs
 #     the API server's own pod-create rate (e2e/benches/controller.rs; BENCH_SERVICES,
 #     default 200 = 1,600 pods; BENCH_CANARIES, default 25 = 100 steps)
+#   - hostile: peak RSS and /healthz latency of a webhook server under hostile bodies, vs its
+#     idle peak (e2e/benches/hostile.rs)
 # Starts the local control plane unless one is up, and stops what it started.
 set -euo pipefail
 
@@ -51,6 +53,8 @@ fi
 export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig
 cargo build --locked --release --bin squall
 SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench controller
+echo "==> hostile admission traffic (memory)"
+SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench hostile
 
 python3 - <<'PY'
 import pathlib, datetime
@@ -67,6 +71,8 @@ table = "\n".join([
     (out / "planner.md").read_text().strip(),
     "",
     (out / "controller.md").read_text().strip(),
+    "",
+    (out / "hostile.md").read_text().strip(),
 ])
 readme = pathlib.Path("README.md")
 text = readme.read_text()

@@ -51,6 +51,7 @@ trap finish EXIT
 
 phase "format check" cargo fmt --all --check
 phase "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+phase "dependency policy (cargo deny)" hack/deny.sh
 phase "rust build (tests)" cargo test --workspace --locked --no-run
 phase "unit and conformance tests" cargo test --workspace --locked
 phase "fuzz smoke (review handler, 30 s)" env FUZZ_SECONDS=30 FUZZ_PROFILE=dev hack/fuzz.sh

@@ -5,9 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::limits::MAX_CANARY_STEPS;
-use super::validation::{
-    FieldError, OwnedKind, mixed_upgrade_order_warning, parse, roles_within_bound,
-};
+use super::validation::{FieldError, OwnedKind, mixed_upgrade_order_warning, parse, raw_bounds};
 use super::{PodSet, RoleSet, StormService};
 
 /// Default StormService `spec.replicas` and role `replicas`.
@@ -19,27 +17,25 @@ pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 
 /// Applies the defaults of SPEC §2 to a raw object of an owned kind, in place.
 ///
-/// An object that does not parse into squall's types, or has more roles than
-/// [`MAX_ROLES`](super::limits::MAX_ROLES), is left untouched and the error is returned, so
-/// the API server's schema validation (or the validating webhook) reports the real problem —
-/// a patch never grows with an oversized list. Kinds
+/// An object that does not parse into squall's types, or is over the list bounds
+/// ([`raw_bounds`]), is left untouched and the error is returned, so the API server's schema
+/// validation (or the validating webhook) reports the real problem — a patch never grows
+/// with an oversized list. Kinds
 /// squall does not own are left untouched. Applying the defaults twice changes nothing the
 /// second time.
 ///
 /// Returns warnings about defaults that behave differently from AIBrix (a role list that
 /// mixes explicit and absent `upgradeOrder`).
 pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
+    raw_bounds(object)?;
     let mut warnings = Vec::new();
     match OwnedKind::of(object) {
         Some(OwnedKind::StormService) => {
-            let typed = parse::<StormService>(object)?;
-            if let Some(spec) = &typed.spec.template.spec {
-                roles_within_bound(spec, "spec.template.spec")?;
-            }
+            parse::<StormService>(object)?;
             default_stormservice(object, &mut warnings);
         }
         Some(OwnedKind::RoleSet) => {
-            roles_within_bound(&parse::<RoleSet>(object)?.spec, "spec")?;
+            parse::<RoleSet>(object)?;
             if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
                 default_roleset_spec(spec, "spec", &mut warnings);
             }
