@@ -244,7 +244,11 @@ impl ReviewPool {
                     loop {
                         let job = queue.lock().expect("review queue").recv();
                         match job {
-                            Ok(job) => job(),
+                            // A panicking review (never seen; the handler is fuzzed) fails
+                            // its own request only; the thread lives on for the next.
+                            Ok(job) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            }
                             Err(_) => return, // every sender is gone
                         }
                     }
