@@ -439,3 +439,36 @@ fn an_oversized_role_list_gets_no_patch() {
     assert!(serde_json::to_vec(&response).unwrap().len() < 1024);
     assert!(apply_defaults(&mut oversized()).is_err());
 }
+
+/// The largest patch a legal object gets — every role of the longest role list defaulted,
+/// and the runtime sidecar injected — stays within the request's size plus the headroom the
+/// webhook allows (`PATCH_HEADROOM`; past it, it denies).
+#[test]
+fn the_largest_legal_patch_fits_the_bound() {
+    use squall::webhook::{Hook, PATCH_HEADROOM, Verdict, review};
+    let roles: Vec<Value> = (0..squall::api::limits::MAX_ROLES)
+        .map(|i| json!({"name": format!("r{i}")}))
+        .collect();
+    let mut ss = stormservice();
+    ss["metadata"]["annotations"] = json!({"model.aibrix.ai/sidecar-injection": "true"});
+    ss["spec"]["template"]["spec"]["roles"] = Value::Array(roles);
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "operation": "CREATE", "userInfo": {"username": "u"},
+            "kind": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "kind": "StormService"},
+            "resource": {"group": "orchestration.aibrix.ai", "version": "v1alpha1", "resource": "stormservices"},
+            "name": "demo", "namespace": "default", "object": ss
+        }
+    }))
+    .unwrap();
+    let (answer, verdict) = review(Hook::MutateStormService, &body).unwrap();
+    assert_eq!(verdict, Verdict::Patched);
+    let patch = answer.response.unwrap().patch.unwrap();
+    assert!(
+        patch.len() <= body.len() + PATCH_HEADROOM,
+        "{} bytes of patch for {} of request",
+        patch.len(),
+        body.len()
+    );
+}
