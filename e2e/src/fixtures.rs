@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::shared::{documents, workspace_root};
 
 /// Fixtures whose violation the CRD schema already rejects (before the validating webhook
-/// runs): enums, bounds, `maxProperties`, list-map key uniqueness, and the scale
+/// runs): enums, bounds, `maxProperties`, `maxItems`, list-map key uniqueness, and the scale
 /// subresource's non-negative `spec.replicas`.
 pub const SCHEMA_ENFORCED: &[&str] = &[
     "rule07-negative-replicas.yaml",
@@ -20,6 +20,10 @@ pub const SCHEMA_ENFORCED: &[&str] = &[
     "rule09-unknown-roleset-strategy.yaml",
     "rule09-unknown-stormservice-strategy.yaml",
     "rule10-weight-out-of-range.yaml",
+    "limit-replicas-too-many.yaml",
+    "limit-role-replicas-too-many.yaml",
+    "limit-too-many-containers.yaml",
+    "limit-too-many-roles.yaml",
 ];
 
 /// Every fixture file, sorted.
