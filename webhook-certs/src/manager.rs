@@ -371,12 +371,12 @@ async fn load_external(dir: &std::path::Path) -> Option<Arc<Parsed>> {
     let ca_crt = read(crate::store::CA_CRT).unwrap_or_else(|_| tls_crt.clone());
     let bundle = Bundle {
         ca_crt,
-        ca_key: tls_key.clone(),
+        ca_key: String::new(), // the issuer keeps it
         tls_crt,
         tls_key,
         retire_old_ca_after: None,
     };
-    match Parsed::from_bundle(bundle) {
+    match Parsed::from_mounted(bundle) {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
             tracing::warn!(dir = %dir.display(), error = %e, "external certificate files unusable");

@@ -128,7 +128,22 @@ impl Parsed {
     /// certificate is signed by one of the CAs. The error names the first part that does
     /// not ([`Error::is_serving_part`] tells whether the CAs themselves are sound).
     pub fn from_bundle(bundle: Bundle) -> Result<Self, Error> {
-        let (cas, ca_ders) = read_cas(&bundle)?;
+        Self::read(bundle, true)
+    }
+
+    /// Reads certificates mounted from elsewhere (`external` mode: no CA key, and `ca.crt`
+    /// may be absent): the serving key must be the serving certificate's; who signed it is
+    /// for the clients' `caBundle` to judge.
+    pub fn from_mounted(bundle: Bundle) -> Result<Self, Error> {
+        Self::read(bundle, false)
+    }
+
+    fn read(bundle: Bundle, own_ca: bool) -> Result<Self, Error> {
+        let (cas, ca_ders) = if own_ca {
+            read_cas(&bundle)?
+        } else {
+            read_ca_certs(&bundle)?
+        };
         let der = decode(&bundle.tls_crt, TLS_CRT)?;
         let (_, cert) = X509Certificate::from_der(&der).map_err(|e| parse_error(TLS_CRT, e))?;
         let serving = ServingInfo {
@@ -138,12 +153,13 @@ impl Parsed {
             sans: sans_of(&cert),
         };
         key_matches(&bundle.tls_key, &cert, TLS_KEY, "tls.crt")?;
-        let signed = ca_ders.iter().any(|der| {
-            X509Certificate::from_der(der).is_ok_and(|(_, ca)| {
-                ca.subject() == cert.issuer()
-                    && cert.verify_signature(Some(ca.public_key())).is_ok()
-            })
-        });
+        let signed = !own_ca
+            || ca_ders.iter().any(|der| {
+                X509Certificate::from_der(der).is_ok_and(|(_, ca)| {
+                    ca.subject() == cert.issuer()
+                        && cert.verify_signature(Some(ca.public_key())).is_ok()
+                })
+            });
         if !signed {
             return Err(parse_error(TLS_CRT, "is not signed by a CA in ca.crt"));
         }
@@ -163,6 +179,15 @@ impl Parsed {
 /// The CAs of a bundle, checked on their own (1 or 2 certificates, the key the newest's),
 /// with their DER: what a broken serving certificate is re-issued from.
 pub fn read_cas(bundle: &Bundle) -> Result<(Vec<CaInfo>, Vec<Vec<u8>>), Error> {
+    let (cas, ders) = read_ca_certs(bundle)?;
+    let (_, newest) = X509Certificate::from_der(ders.last().expect("one CA"))
+        .map_err(|e| parse_error(CA_CRT, e))?;
+    key_matches(&bundle.ca_key, &newest, CA_KEY, "the newest CA")?;
+    Ok((cas, ders))
+}
+
+/// The 1 or 2 CA certificates of `ca.crt`, with their DER.
+fn read_ca_certs(bundle: &Bundle) -> Result<(Vec<CaInfo>, Vec<Vec<u8>>), Error> {
     let mut cas = Vec::new();
     let mut ders = Vec::new();
     for pem in pem_blocks(&bundle.ca_crt) {
@@ -181,9 +206,6 @@ pub fn read_cas(bundle: &Bundle) -> Result<(Vec<CaInfo>, Vec<Vec<u8>>), Error> {
             detail: format!("holds {} certificates; expected 1 or 2", cas.len()),
         });
     }
-    let (_, newest) = X509Certificate::from_der(ders.last().expect("one CA"))
-        .map_err(|e| parse_error(CA_CRT, e))?;
-    key_matches(&bundle.ca_key, &newest, CA_KEY, "the newest CA")?;
     Ok((cas, ders))
 }
 
