@@ -36,6 +36,10 @@ echo "  export KUBECONFIG=$KUBECONFIG"
 echo "  kubectl apply -f manifests/samples/stormservice-canary.yaml   # defaulted and validated by squall"
 echo "  curl -s http://127.0.0.1:$ADMIN_PORT/readyz; curl -s http://127.0.0.1:$ADMIN_PORT/metrics"
 echo "  e2e/cluster.sh down                                           # stop the cluster afterwards"
+# The certificate store accepts only a private directory (0700); one left by an older squall
+# may be 0755.
+CERT_DIR=$ROOT/target/squall-local-certs
+mkdir -p "$CERT_DIR" && chmod 700 "$CERT_DIR"
 exec cargo run --quiet --locked --bin squall -- run --local --log-format plain \
   --webhook-bind "127.0.0.1:$WEBHOOK_PORT" --admin-bind "127.0.0.1:$ADMIN_PORT" \
-  --cert-dir "$ROOT/target/squall-local-certs"
+  --cert-dir "$CERT_DIR"
