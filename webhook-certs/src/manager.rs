@@ -207,9 +207,12 @@ pub async fn run(
             .try_into()
             .unwrap_or(Duration::ZERO)
             .min(period);
+        // After a write, its own watch event must not bring the next pass forward: the
+        // back-off holds (capped by the injection period, which must keep its pace).
+        let backing_off = writes_in_a_row > 0;
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = wakeups.next() => {}
+            _ = wakeups.next(), if !backing_off => {}
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
