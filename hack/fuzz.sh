@@ -31,5 +31,10 @@ status=0
   -max_total_time="$SECONDS_TO_RUN" -rss_limit_mb=2048 -max_len=1048576 -print_final_stats=1 \
   >"$log" 2>&1 || status=$?
 grep -E '^(#[0-9]+ +(INITED|DONE)|Done |stat::|==[0-9]+==|SUMMARY|thread .* panicked)' "$log" || true
+# The fuzzer never started (a build error, a full disk): show why.
+if ((status != 0)) && ! grep -q 'INITED' "$log"; then
+  tail -n 30 "$log"
+  df -h "$ROOT/fuzz" || true
+fi
 echo "fuzz: review target, ${SECONDS_TO_RUN}s, exit $status (full log: target/fuzz-review.log)"
 exit "$status"
