@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod metrics;
 pub mod planner;

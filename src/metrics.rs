@@ -28,6 +28,11 @@ struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectLabels {
     namespace: String,
     name: String,
@@ -85,6 +90,9 @@ pub struct Metrics {
     admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     cert_expiry: Gauge,
     api_writes: Family<WriteLabels, Counter>,
+    api_requests: Family<WriteLabels, Counter>,
+    cache_objects: Family<KindLabels, Gauge>,
+    cache_bytes: Family<KindLabels, Gauge>,
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
@@ -174,6 +182,25 @@ impl Default for Metrics {
             "API writes made by the controllers, by controller, verb and resource",
             api_writes.clone(),
         );
+        let api_requests = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "squall_api_requests",
+            "Requests sent to the API server, by client (a controller, the caches, certificates, \
+             leader election), verb (get, list, watch, create, update, patch, delete) and resource",
+            api_requests.clone(),
+        );
+        let cache_objects = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "squall_cache_objects",
+            "Objects held in the controllers' shared caches, by resource",
+            cache_objects.clone(),
+        );
+        let cache_bytes = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "squall_cache_bytes",
+            "Size of the objects held in the shared caches (as JSON), by resource",
+            cache_bytes.clone(),
+        );
         let reconciles = Family::<ReconcileLabels, Counter>::default();
         registry.register(
             "squall_reconciles",
@@ -197,6 +224,9 @@ impl Default for Metrics {
             admission_duration,
             cert_expiry,
             api_writes,
+            api_requests,
+            cache_objects,
+            cache_bytes,
             leader,
             step_transitions,
             rollout_step,
@@ -251,6 +281,30 @@ impl Metrics {
                 resource: resource.into(),
             })
             .inc();
+    }
+
+    /// Counts one request sent to the API server by `client`.
+    pub fn api_request(&self, client: &str, verb: &str, resource: &str) {
+        self.api_requests
+            .get_or_create(&WriteLabels {
+                controller: client.into(),
+                verb: verb.into(),
+                resource: resource.into(),
+            })
+            .inc();
+    }
+
+    /// The size of one kind's shared cache.
+    pub fn cache_size(&self, resource: &str, objects: usize, bytes: usize) {
+        let labels = KindLabels {
+            resource: resource.into(),
+        };
+        self.cache_objects
+            .get_or_create(&labels)
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+        self.cache_bytes
+            .get_or_create(&labels)
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Counts one canary step transition.

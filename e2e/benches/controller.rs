@@ -6,10 +6,14 @@
 //! 2. Scale: `BENCH_SERVICES` (default 200) StormServices of 2 roles × 2 pods, replicas 2
 //!    (8 pods each: 1,600 pods). Time until all are Ready (the kwok stages alone take
 //!    1.7–3.2 s per pod), API writes per StormService (`squall_api_writes_total`), squall's
-//!    peak RSS and CPU seconds; then an image change on all of them, measured again. The
-//!    watch caches' share of memory is estimated from the JSON size of the objects squall
-//!    caches.
-//! 3. Step latency: `BENCH_CANARIES` (default 25) canaries of 4 weight steps (100 step
+//!    reads (LIST + GET sent while reconciling), peak RSS and CPU seconds; then an image
+//!    change on all of them, measured again. The caches' bytes per pod come from squall's
+//!    `squall_cache_bytes` / `squall_cache_objects`.
+//! 3. Steady state, once all are settled: squall's CPU over 60 idle seconds, then a forced
+//!    re-reconcile of every StormService (an annotation) — the writes and the LIST / GET
+//!    requests it caused, from squall's `squall_api_requests_total` and cross-checked with the
+//!    API server's own `apiserver_request_total` (LISTs from anyone).
+//! 4. Step latency: `BENCH_CANARIES` (default 25) canaries of 4 weight steps (100 step
 //!    transitions): from the bench observing the last pod that completes a step become
 //!    Ready to it observing the next step start; p50 / p99.
 //!
@@ -25,10 +29,10 @@ use e2e::{TestNamespace, client, install_crds};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use squall::api::{RoleSet, StormService};
+use squall::api::StormService;
 use tokio::sync::Mutex;
 
 const TIMEOUT: Duration = Duration::from_secs(1800);
@@ -165,53 +169,55 @@ fn service(name: &str) -> StormService {
     )
 }
 
-/// JSON bytes of the objects squall's watch caches hold, by kind (MiB).
-async fn cache_estimate(client: &kube::Client, namespace: &str) -> Vec<(&'static str, f64)> {
-    let mib = |items: Vec<serde_json::Value>| {
-        items
-            .iter()
-            .map(|o| serde_json::to_vec(o).unwrap().len())
-            .sum::<usize>() as f64
-            / 1_048_576.0
+/// LIST requests the API server has served, from anyone (its `apiserver_request_total`).
+async fn apiserver_lists(client: &kube::Client) -> f64 {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let body = client
+        .request_text(request)
+        .await
+        .expect("the API server's /metrics");
+    body.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("verb=\"LIST\""))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// Annotates every StormService (no spec change: each is reconciled, nothing should be
+/// written) and waits until squall has reconciled them all.
+async fn force_reconcile(api: &Api<StormService>, services: usize, admin: std::net::SocketAddr) {
+    let reconciles = || {
+        counter_sum(
+            admin,
+            "squall_reconciles_total",
+            &["controller=\"stormservice\""],
+        )
     };
-    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    let rolesets = Api::<RoleSet>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    let services = Api::<StormService>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    vec![
-        (
-            "pods",
-            mib(pods
-                .iter()
-                .map(|p| serde_json::to_value(p).unwrap())
-                .collect()),
-        ),
-        (
-            "RoleSets",
-            mib(rolesets
-                .iter()
-                .map(|r| serde_json::to_value(r).unwrap())
-                .collect()),
-        ),
-        (
-            "StormServices",
-            mib(services
-                .iter()
-                .map(|s| serde_json::to_value(s).unwrap())
-                .collect()),
-        ),
-    ]
+    let before = reconciles();
+    stream::iter(0..services)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let api = api.clone();
+            async move {
+                let patch = json!({"metadata": {"annotations": {"bench/poke": "1"}}});
+                api.patch(
+                    &format!("llm-{i:04}"),
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while reconciles() - before < services as f64 {
+        assert!(
+            Instant::now() < deadline,
+            "the forced reconciles did not all run in 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Step latencies (seconds) of `canaries` canaries of 4 weight steps each.
@@ -316,10 +322,36 @@ async fn main() {
     let ns = TestNamespace::create(&client, "bench-scale").await;
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let writes = || counter_sum(operator.admin_addr, "squall_api_writes_total", &[]);
+    // Reads the controllers send (the caches' own list-then-watch is not a reconcile's).
+    let reads = || {
+        ["stormservice", "roleset", "podset"]
+            .iter()
+            .map(|c| {
+                let controller = format!("controller=\"{c}\"");
+                counter_sum(
+                    operator.admin_addr,
+                    "squall_api_requests_total",
+                    &[&controller, "verb=\"list\""],
+                ) + counter_sum(
+                    operator.admin_addr,
+                    "squall_api_requests_total",
+                    &[&controller, "verb=\"get\""],
+                )
+            })
+            .sum::<f64>()
+    };
+    let lists = || {
+        counter_sum(
+            operator.admin_addr,
+            "squall_api_requests_total",
+            &["verb=\"list\""],
+        )
+    };
 
     println!("scale: {services} StormServices, {pods} pods ...");
     let (cpu0, _) = usage(pid);
     let writes0 = writes();
+    let reads0 = reads();
     let started = Instant::now();
     stream::iter(0..services)
         .for_each_concurrent(IN_FLIGHT, |i| {
@@ -336,9 +368,25 @@ async fn main() {
     let create_ready = started.elapsed();
     let (cpu1, rss1) = usage(pid);
     let writes1 = writes();
-    let caches = cache_estimate(&client, ns.name()).await;
+    let reads1 = reads();
+    let gauge = |name| counter_sum(operator.admin_addr, name, &["resource=\"pods\""]);
+    let bytes_per_pod = gauge("squall_cache_bytes") / gauge("squall_cache_objects").max(1.0);
+
+    println!("steady state: 60 s idle, then a forced re-reconcile of all ...");
+    let (idle0, _) = usage(pid);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let (idle1, _) = usage(pid);
+    let (steady_writes0, steady_lists0, server_lists0) =
+        (writes(), lists(), apiserver_lists(&client).await);
+    force_reconcile(&api, services, operator.admin_addr).await;
+    let steady_writes = writes() - steady_writes0;
+    let steady_lists = lists() - steady_lists0;
+    let server_lists = apiserver_lists(&client).await - server_lists0;
+    let reads_steady = reads();
 
     println!("roll: image change on all of them ...");
+    let (cpu_roll0, _) = usage(pid);
+    let writes_roll0 = writes();
     let started = Instant::now();
     stream::iter(0..services)
         .for_each_concurrent(IN_FLIGHT, |i| {
@@ -352,6 +400,7 @@ async fn main() {
     let roll_ready = started.elapsed();
     let (cpu2, rss2) = usage(pid);
     let writes2 = writes();
+    let reads2 = reads();
 
     delete_namespace(ns.name());
     println!("step latency: {canaries} canaries x 4 steps ...");
@@ -389,8 +438,19 @@ async fn main() {
         (writes1 - writes0) / services as f64
     ));
     table.push_str(&format!(
+        "| create: LIST + GET requests from the controllers | {:.0} |\n",
+        reads1 - reads0
+    ));
+    table.push_str(&format!(
         "| create: squall CPU / peak RSS | {:.1} s / {rss1:.0} MiB |\n",
         cpu1 - cpu0
+    ));
+    table.push_str(&format!(
+        "| steady: squall CPU over 60 idle seconds | {:.2} s |\n",
+        idle1 - idle0
+    ));
+    table.push_str(&format!(
+        "| steady: forced re-reconcile of all {services}: writes / squall LISTs / API server LISTs (anyone) | {steady_writes:.0} / {steady_lists:.0} / {server_lists:.0} |\n"
     ));
     table.push_str(&format!(
         "| roll (image change of one role): all settled | {:.1} s |\n",
@@ -398,19 +458,18 @@ async fn main() {
     ));
     table.push_str(&format!(
         "| roll: API writes per StormService | {:.1} |\n",
-        (writes2 - writes1) / services as f64
+        (writes2 - writes_roll0) / services as f64
+    ));
+    table.push_str(&format!(
+        "| roll: LIST + GET requests from the controllers | {:.0} |\n",
+        reads2 - reads_steady
     ));
     table.push_str(&format!(
         "| roll: squall CPU / peak RSS | {:.1} s / {rss2:.0} MiB |\n",
-        cpu2 - cpu1
+        cpu2 - cpu_roll0
     ));
-    let caches: Vec<String> = caches
-        .iter()
-        .map(|(kind, mib)| format!("{kind} {mib:.1} MiB"))
-        .collect();
     table.push_str(&format!(
-        "| watched objects as JSON (the caches' payload) | {} |\n",
-        caches.join(", ")
+        "| cached pod (lean JSON) | {bytes_per_pod:.0} bytes |\n"
     ));
     table.push_str(&format!(
         "| canary step latency, last pod Ready → next step ({} steps) | p50 {:.0} ms, p99 {:.0} ms |\n",

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use e2e::operator::Operator;
 use e2e::{TestNamespace, client, documents, install_crds, kubectl, workspace_root};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use serde_json::Value;
 
 /// Violations only the validating webhook catches (not the CRD schema).
@@ -72,6 +73,44 @@ async fn without_webhooks_invalid_objects_are_admitted_and_stay_updatable() {
     assert!(out.success, "{}", out.stderr);
 
     let operator = Operator::start("serial-admission", &[]);
+    // --local exempts its own identity (the kubeconfig's user) from the RoleSet webhooks:
+    // they would only re-check what its controller wrote.
+    let me = kube::Api::<SelfSubjectReview>::all(client.clone())
+        .create(&Default::default(), &SelfSubjectReview::default())
+        .await
+        .expect("a SelfSubjectReview")
+        .status
+        .and_then(|s| s.user_info?.username)
+        .expect("a username");
+    let configuration: Value = serde_json::from_str(
+        &kubectl(
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                "serial-admission",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .stdout,
+    )
+    .expect("the registered configuration");
+    for hook in configuration["webhooks"].as_array().expect("webhooks") {
+        let conditions = &hook["matchConditions"];
+        if hook["rules"][0]["resources"][0] == "rolesets" {
+            assert_eq!(
+                conditions[0]["expression"],
+                format!("request.userInfo.username != {me:?}"),
+                "{hook}"
+            );
+        } else {
+            assert!(
+                conditions.is_null(),
+                "only RoleSet writes are exempted: {hook}"
+            );
+        }
+    }
     // Positive control: the same objects are now denied by the webhook.
     for name in WEBHOOK_ONLY {
         let out = apply(ns.name(), &fixture(name), true);

@@ -155,7 +155,9 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("loading the kubeconfig")?;
     let api_server_loopback = is_loopback_host(config.cluster_url.host());
-    let client = kube::Client::try_from(config).context("building the API client")?;
+    let metrics = Arc::new(Metrics::default());
+    let client = crate::client::counted(config.clone(), metrics.clone(), "certs")
+        .context("building the API client")?;
 
     let webhook_listener = bind_webhook(args.webhook_bind, args.reuse_port)
         .with_context(|| format!("binding the webhook server to {}", args.webhook_bind))?;
@@ -201,11 +203,15 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                     "--webhook-configs=register needs a loopback API server and a loopback --webhook-bind (API server loopback: {api_server_loopback}, webhook {webhook_addr})"
                 );
             }
+            let exclude_user = match &args.exclude_user {
+                Some(user) => Some(user.clone()),
+                None => own_username(&client).await,
+            };
             let (mutating, validating) = configurations(&Registration {
                 name: args.release.clone(),
                 base_url: format!("https://{webhook_addr}"),
                 failure_policy: args.failure_policy.clone(),
-                exclude_user: args.exclude_user.clone(),
+                exclude_user,
             });
             Configs::Register {
                 client: client.clone(),
@@ -240,7 +246,6 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         },
     };
 
-    let metrics = Arc::new(Metrics::default());
     let resolver = Arc::new(CertResolver::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (certs_tx, certs_rx) = watch::channel(CertState::default());
@@ -287,7 +292,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         duration: args.lease_duration,
     });
     let controllers = args.controllers.then(|| {
-        let client = client.clone();
+        let config = config.clone();
         let namespaces = args.namespaces.clone();
         let metrics = metrics.clone();
         let stop = shutdown_rx.clone();
@@ -297,7 +302,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
-            if let Err(error) = run_controllers(client, metrics, &namespaces, election, stop).await
+            if let Err(error) = run_controllers(config, metrics, &namespaces, election, stop).await
             {
                 tracing::error!(%error, "controllers stopped");
                 std::process::exit(1);
@@ -320,6 +325,27 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     match manager.await {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(e)) => Err(e.into()),
+    }
+}
+
+/// The username the API server knows this process by (a SelfSubjectReview): its own RoleSet
+/// writes then skip the RoleSet webhooks, which only ever re-check what the controller wrote.
+/// Without it (an API server that refuses the review) every write still goes through them.
+async fn own_username(client: &kube::Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let reviews: Api<SelfSubjectReview> = Api::all(client.clone());
+    match reviews
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+    {
+        Ok(review) => review.status?.user_info?.username,
+        Err(error) => {
+            tracing::warn!(%error, "could not learn this process's username; its RoleSet writes go through the webhooks");
+            None
+        }
     }
 }
 
@@ -360,7 +386,7 @@ struct Election {
 /// it cancels the controllers mid-reconcile and is an error: the process exits and its
 /// restart campaigns again, so two replicas never reconcile at once.
 async fn run_controllers(
-    client: kube::Client,
+    config: kube::Config,
     metrics: Arc<Metrics>,
     namespaces: &[String],
     election: Option<Election>,
@@ -369,16 +395,17 @@ async fn run_controllers(
     let Some(election) = election else {
         tracing::info!("starting controllers (no leader election)");
         metrics.set_leader(true);
-        crate::controller::run(client, metrics, namespaces, async move {
+        crate::controller::run(config, metrics, namespaces, async move {
             let _ = stop.changed().await;
         })
-        .await;
+        .await?;
         return Ok(());
     };
     let identity =
         std::env::var("POD_NAME").unwrap_or_else(|_| format!("squall-{}", std::process::id()));
     let seconds = election.duration.as_secs().max(2);
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &election.lease)
+    let client = crate::client::counted(config.clone(), metrics.clone(), "lease")?;
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &election.lease)
         .with_namespace(&election.namespace)
         .with_identity(&identity)
         .with_duration(seconds)
@@ -407,11 +434,11 @@ async fn run_controllers(
     // Losing the Lease drops the controllers at once — every reconcile in flight is
     // cancelled at its next await, so no write starts after the loss is seen. (A graceful
     // stop would let them finish, writing for up to a reconcile's length as a non-leader.)
-    let controllers = crate::controller::run(client, metrics.clone(), namespaces, async move {
+    let controllers = crate::controller::run(config, metrics.clone(), namespaces, async move {
         let _ = stop.changed().await;
     });
     let lost_lease = tokio::select! {
-        () = controllers => false,
+        result = controllers => { result?; false }
         () = lost => true,
     };
     metrics.set_leader(false);

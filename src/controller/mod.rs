@@ -2,6 +2,7 @@
 //! (`crate::api` accessors), refuse to roll objects that fail `crate::api::validation`, and
 //! keep expectations so a lagging view never causes duplicate children (SPEC §5.1).
 
+pub mod cache;
 pub mod podset;
 pub mod render;
 pub mod revision;
@@ -13,19 +14,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{finalizer, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::keys::{
-    FIELD_MANAGER, LABEL_PODSET_NAME, LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
-};
+use self::cache::{Cache, controlled_by_kind};
+use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::{Condition, PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How long an unobserved create or delete is waited for before it is assumed lost.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
@@ -65,11 +66,45 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether the error says an object the reconcile acted on is already gone (a child
+    /// deleted meanwhile, the object itself after its finalizer went, or its namespace being
+    /// deleted): its watch event brings the next reconcile, so this one is done — not a
+    /// failure to retry.
+    pub fn is_gone(&self) -> bool {
+        let api_status = match self {
+            Error::Kube(kube::Error::Api(status)) => Some(status),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::AddFinalizer(kube::Error::Api(status))
+                | finalizer::Error::RemoveFinalizer(kube::Error::Api(status)) => Some(status),
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => {
+                    return e.is_gone();
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        api_status.is_some_and(|status| status.code == 404 || namespace_terminating(status))
+    }
+}
+
+/// Whether the API server refused a write because the namespace is being deleted (it takes
+/// every object in it along; nothing is left to reconcile).
+fn namespace_terminating(status: &kube::core::Status) -> bool {
+    status.code == 403
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+}
+
 /// The message of an API error that refuses a create for good until something changes
 /// (quota, admission, validation) — a conflict or a transport error is not one.
 pub fn refusal(error: &kube::Error) -> Option<String> {
     match error {
-        kube::Error::Api(status) if status.code != 409 && status.code < 500 => {
+        kube::Error::Api(status)
+            if status.code != 409 && status.code < 500 && !namespace_terminating(status) =>
+        {
             Some(status.message.clone())
         }
         _ => None,
@@ -108,10 +143,87 @@ impl Expectation {
     }
 }
 
-/// Shared state of the controllers.
+/// The shared caches of one scope (a namespace, or all of them): one watch per kind, read by
+/// every controller.
+pub struct Caches {
+    /// Pods controlled by a RoleSet or a PodSet. Their watch has no label selector: a RoleSet's
+    /// pods and a PodSet's carry different labels, and selectors cannot be OR'ed.
+    pub pods: Arc<Cache<Pod>>,
+    /// Every PodSet.
+    pub podsets: Arc<Cache<PodSet>>,
+    /// Every RoleSet.
+    pub rolesets: Arc<Cache<RoleSet>>,
+    /// Every StormService.
+    pub stormservices: Arc<Cache<StormService>>,
+    /// ControllerRevisions controlled by a StormService.
+    pub revisions: Arc<Cache<ControllerRevision>>,
+    /// Headless Services controlled by a StormService.
+    pub services: Arc<Cache<Service>>,
+}
+
+impl Caches {
+    /// The caches of `namespace` (all namespaces when `None`), with the futures that fill
+    /// them (run them before reading).
+    pub fn new(
+        client: &Client,
+        namespace: Option<&str>,
+        metrics: &Arc<Metrics>,
+    ) -> (Arc<Self>, Vec<BoxFuture<'static, ()>>) {
+        let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
+        macro_rules! cache {
+            ($kind:ty, $config:expr, $keep:expr) => {{
+                let (cache, driver) = Cache::<$kind>::new(
+                    scoped::<$kind>(client, namespace),
+                    $config,
+                    $keep,
+                    metrics.clone(),
+                );
+                drivers.push(Box::pin(driver.run()));
+                cache
+            }};
+        }
+        let all = watcher::Config::default;
+        let caches = Self {
+            pods: cache!(Pod, all(), |p: &Pod| {
+                controlled_by_kind::<RoleSet>(&p.metadata)
+                    || controlled_by_kind::<PodSet>(&p.metadata)
+            }),
+            podsets: cache!(PodSet, all(), |_: &PodSet| true),
+            rolesets: cache!(RoleSet, all(), |_: &RoleSet| true),
+            stormservices: cache!(StormService, all(), |_: &StormService| true),
+            revisions: cache!(
+                ControllerRevision,
+                all().labels(LABEL_REVISION_OWNER),
+                |r: &ControllerRevision| controlled_by_kind::<StormService>(&r.metadata)
+            ),
+            services: cache!(
+                Service,
+                all().labels(LABEL_STORM_SERVICE_NAME),
+                |s: &Service| controlled_by_kind::<StormService>(&s.metadata)
+            ),
+        };
+        (Arc::new(caches), drivers)
+    }
+
+    /// Resolves once every cache holds its first list.
+    pub async fn ready(&self) {
+        futures::join!(
+            self.pods.ready(),
+            self.podsets.ready(),
+            self.rolesets.ready(),
+            self.stormservices.ready(),
+            self.revisions.ready(),
+            self.services.ready(),
+        );
+    }
+}
+
+/// The state of one controller.
 pub struct Context {
-    /// API client.
+    /// API client (its requests are counted under the controller's name).
     pub client: Client,
+    /// The shared caches children are read from.
+    pub caches: Arc<Caches>,
     /// Metrics (API writes are counted).
     pub metrics: Arc<Metrics>,
     events: Recorder,
@@ -119,18 +231,100 @@ pub struct Context {
     logged_generations: Mutex<HashSet<(String, &'static str, i64)>>,
     /// Failed reconciles in a row, by (kind, UID).
     failures: Mutex<HashMap<(String, String), u32>>,
+    /// By UID: the `resourceVersion` our last status write replaced, until the cache shows a
+    /// newer one (deciding from the older would undo what was just written).
+    overwritten: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
     /// A context for `client`.
-    pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
+    pub fn new(client: Client, caches: Arc<Caches>, metrics: Arc<Metrics>) -> Self {
         Self {
             events: Recorder::new(client.clone(), FIELD_MANAGER.into()),
             client,
+            caches,
             metrics,
             expectations: Mutex::default(),
             logged_generations: Mutex::default(),
             failures: Mutex::default(),
+            overwritten: Mutex::default(),
+        }
+    }
+
+    /// Whether the cached `object` is older than this controller's last status write to it.
+    fn behind(&self, object: &impl kube::Resource) -> bool {
+        let mut overwritten = self.overwritten.lock().expect("overwritten lock");
+        let key = Self::key(object);
+        match overwritten.get(&key) {
+            Some(old) if object.meta().resource_version.as_ref() == Some(old) => true,
+            Some(_) => {
+                overwritten.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Writes `status` to `object` (one `/status` patch) unless it is already there,
+    /// guarded by the `resourceVersion` it was decided from, and reports whether it wrote.
+    /// A conflict means the cache is behind a newer write, whose watch event reconciles
+    /// again; an object already deleted has no status to keep: neither is a failure.
+    pub async fn write_status<K, S>(
+        &self,
+        controller: &str,
+        object: &K,
+        stored: Option<&S>,
+        status: &S,
+    ) -> Result<bool, Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        S: serde::Serialize + PartialEq,
+    {
+        if stored == Some(status) {
+            return Ok(false);
+        }
+        let api: Api<K> = Api::namespaced(
+            self.client.clone(),
+            object.meta().namespace.as_deref().unwrap_or_default(),
+        );
+        let old = object.meta().resource_version.clone();
+        // The whole status is replaced (fields that went away go away), and only if nobody
+        // wrote since the version it was decided from: a user's promote or abort is never
+        // overwritten; its watch event re-plans instead (SPEC §5.1).
+        let patch = serde_json::json!([
+            {"op": "add", "path": "/metadata/resourceVersion", "value": old},
+            {"op": "add", "path": "/status", "value": status},
+        ]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(patch).expect("a JSON patch always parses");
+        let name = object.meta().name.clone().unwrap_or_default();
+        let written = api
+            .patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Json::<()>(patch),
+            )
+            .await;
+        match written {
+            Ok(_) => {
+                self.metrics
+                    .api_write(controller, "patch", &format!("{}/status", K::plural(&())));
+                if let Some(old) = old {
+                    self.overwritten
+                        .lock()
+                        .expect("overwritten lock")
+                        .insert(Self::key(object), old);
+                }
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                tracing::debug!(%name, code = status.code, "status not written: the cache is behind, or the object is gone");
+                Ok(false)
+            }
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -209,6 +403,10 @@ impl Context {
             .lock()
             .expect("failures lock")
             .retain(|(_, o), _| *o != key);
+        self.overwritten
+            .lock()
+            .expect("overwritten lock")
+            .remove(&key);
     }
 
     /// Publishes an event about `object`, optionally naming a `related` object
@@ -326,7 +524,19 @@ async fn measured<K: kube::Resource<DynamicType = ()>>(
     reconcile: impl std::future::Future<Output = Result<Action, Error>>,
 ) -> Result<Action, Error> {
     let started = std::time::Instant::now();
-    let result = reconcile.await;
+    if ctx.behind(&*object) {
+        // The watch event of our own last write is on its way and reconciles again.
+        ctx.metrics
+            .reconciled(controller, "behind", started.elapsed());
+        return Ok(Action::await_change());
+    }
+    let result = match reconcile.await {
+        Err(error) if error.is_gone() => {
+            tracing::debug!(%error, "an object of this reconcile is gone; its watch event follows");
+            Ok(Action::await_change())
+        }
+        result => result,
+    };
     let outcome = match result.as_ref().map_err(Error::root) {
         Ok(_) => {
             ctx.succeeded(&*object);
@@ -367,37 +577,25 @@ where
     Action::requeue(delay)
 }
 
-/// The children of kind `K` of `owner`: listed in the owner's namespace by the label
-/// `label=<owner name>` and kept only when controlled by the owner's UID — never a
-/// cluster-wide selector list (SPEC §5.1).
-pub async fn owned_children<K, O>(client: &Client, owner: &O, label: &str) -> Result<Vec<K>, Error>
+/// The children `cache` holds of `owner` (controlled by its UID, so a namesake that was
+/// deleted and recreated does not inherit them).
+pub fn owned_children<K, O>(cache: &Cache<K>, owner: &O) -> Vec<Arc<K>>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync,
     O: kube::Resource,
 {
-    let api: Api<K> = Api::namespaced(
-        client.clone(),
-        &owner.meta().namespace.clone().unwrap_or_default(),
-    );
-    let selector = format!("{label}={}", owner.meta().name.clone().unwrap_or_default());
-    let uid = owner.meta().uid.clone().unwrap_or_default();
-    Ok(api
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter(|child| {
-            child
-                .meta()
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
-        .collect())
+    owner
+        .meta()
+        .uid
+        .as_deref()
+        .map(|uid| cache.owned_by(uid))
+        .unwrap_or_default()
 }
 
 /// A condition stamped now for `generation`.
@@ -408,28 +606,14 @@ pub fn condition(
     message: String,
     generation: Option<i64>,
 ) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        last_transition_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-        reason: Some(reason.into()),
-        message: Some(message),
-        observed_generation: generation,
-        ..Condition::default()
-    }
-}
-
-/// Keeps `lastTransitionTime` of conditions whose status did not change since `old`
-/// (Kubernetes conventions).
-pub fn keep_transition_times(conditions: &mut [Condition], old: &[Condition]) {
-    for c in conditions {
-        if let Some(previous) = old
-            .iter()
-            .find(|p| p.type_ == c.type_ && p.status == c.status)
-        {
-            c.last_transition_time = previous.last_transition_time.clone();
-        }
-    }
+    crate::planner::status::condition(
+        type_,
+        status,
+        reason,
+        message,
+        generation,
+        k8s_openapi::jiff::Timestamp::now(),
+    )
 }
 
 /// Whether a pod's Ready condition is True.
@@ -468,12 +652,18 @@ where
 /// namespace when `namespaces` is empty, else one set per listed namespace (so a namespaced
 /// install needs only Roles in those namespaces).
 pub async fn run(
-    client: Client,
+    config: kube::Config,
     metrics: Arc<Metrics>,
     namespaces: &[String],
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let ctx = Arc::new(Context::new(client.clone(), metrics));
+) -> Result<(), kube::Error> {
+    let client = |name| crate::client::counted(config.clone(), metrics.clone(), name);
+    let clients = Clients {
+        cache: client("cache")?,
+        stormservice: client("stormservice")?,
+        roleset: client("roleset")?,
+        podset: client("podset")?,
+    };
     let shutdown = futures::FutureExt::shared(shutdown);
     let scopes: Vec<Option<&str>> = if namespaces.is_empty() {
         vec![None]
@@ -483,9 +673,19 @@ pub async fn run(
     futures::future::join_all(
         scopes
             .into_iter()
-            .map(|namespace| run_scope(&client, namespace, ctx.clone(), shutdown.clone())),
+            .map(|namespace| run_scope(&clients, namespace, &metrics, shutdown.clone())),
     )
     .await;
+    Ok(())
+}
+
+/// One client per controller (and one for the caches' watches), so the API requests metric
+/// says who sent what.
+struct Clients {
+    cache: Client,
+    stormservice: Client,
+    roleset: Client,
+    podset: Client,
 }
 
 /// An API over one namespace, or over all of them.
@@ -500,70 +700,70 @@ where
 }
 
 async fn run_scope(
-    client: &Client,
+    clients: &Clients,
     namespace: Option<&str>,
-    ctx: Arc<Context>,
+    metrics: &Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    let by_roleset = || watcher::Config::default().labels(LABEL_ROLESET_NAME);
-    let rolesets = Controller::new(
-        scoped::<RoleSet>(client, namespace),
-        watcher::Config::default(),
-    )
-    .owns(scoped::<Pod>(client, namespace), by_roleset())
-    .owns(scoped::<PodSet>(client, namespace), by_roleset())
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        |roleset, ctx| {
-            measured(
-                "roleset",
-                roleset.clone(),
-                ctx.clone(),
-                roleset::reconcile(roleset, ctx),
+    let (caches, drivers) = Caches::new(&clients.cache, namespace, metrics);
+    let context = |client: &Client| {
+        Arc::new(Context::new(
+            client.clone(),
+            caches.clone(),
+            metrics.clone(),
+        ))
+    };
+    // Subscribed before the watches start, so no change is missed.
+    let rolesets =
+        Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
+            .owns_shared_stream(caches.pods.subscribe())
+            .owns_shared_stream(caches.podsets.subscribe())
+            .graceful_shutdown_on(shutdown.clone())
+            .run(
+                |roleset, ctx| {
+                    measured(
+                        "roleset",
+                        roleset.clone(),
+                        ctx.clone(),
+                        roleset::reconcile(roleset, ctx),
+                    )
+                },
+                error_policy,
+                context(&clients.roleset),
             )
-        },
-        error_policy,
-        ctx.clone(),
-    )
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "roleset controller event");
-        }
-    });
-    let podsets = Controller::new(
-        scoped::<PodSet>(client, namespace),
-        watcher::Config::default(),
-    )
-    .owns(
-        scoped::<Pod>(client, namespace),
-        watcher::Config::default().labels(LABEL_PODSET_NAME),
-    )
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        |podset, ctx| {
-            measured(
-                "podset",
-                podset.clone(),
-                ctx.clone(),
-                podset::reconcile(podset, ctx),
+            .for_each(|result| async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "roleset controller event");
+                }
+            });
+    let podsets =
+        Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
+            .owns_shared_stream(caches.pods.subscribe())
+            .graceful_shutdown_on(shutdown.clone())
+            .run(
+                |podset, ctx| {
+                    measured(
+                        "podset",
+                        podset.clone(),
+                        ctx.clone(),
+                        podset::reconcile(podset, ctx),
+                    )
+                },
+                error_policy,
+                context(&clients.podset),
             )
-        },
-        error_policy,
-        ctx.clone(),
+            .for_each(|result| async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "podset controller event");
+                }
+            });
+    let stormservices = Controller::for_shared_stream(
+        caches.stormservices.subscribe(),
+        caches.stormservices.reader(),
     )
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "podset controller event");
-        }
-    });
-    let stormservices = Controller::new(
-        scoped::<StormService>(client, namespace),
-        watcher::Config::default(),
-    )
-    .owns(
-        scoped::<RoleSet>(client, namespace),
-        watcher::Config::default().labels(LABEL_STORM_SERVICE_NAME),
-    )
+    .owns_shared_stream(caches.rolesets.subscribe())
+    .owns_shared_stream(caches.revisions.subscribe())
+    .owns_shared_stream(caches.services.subscribe())
     .graceful_shutdown_on(shutdown)
     .run(
         |service, ctx| {
@@ -575,14 +775,26 @@ async fn run_scope(
             )
         },
         error_policy,
-        ctx,
+        context(&clients.stormservice),
     )
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!(%error, "stormservice controller event");
         }
     });
-    futures::join!(stormservices, rolesets, podsets);
+    let watches = futures::future::join_all(drivers);
+    let controllers = async {
+        // Reconciling before every cache is filled would see children as missing.
+        caches.ready().await;
+        tracing::info!(
+            namespace = namespace.unwrap_or("*"),
+            "caches filled; reconciling"
+        );
+        futures::join!(stormservices, rolesets, podsets);
+    };
+    // The watches run until the controllers stop.
+    futures::pin_mut!(watches, controllers);
+    futures::future::select(watches, controllers).await;
 }
 
 #[cfg(test)]
@@ -602,6 +814,38 @@ mod tests {
     }
 
     #[test]
+    fn a_child_or_owner_already_gone_ends_the_reconcile_instead_of_failing_it() {
+        let status = |code| {
+            kube::Error::Api(
+                kube::core::Status::failure("gone", "NotFound")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let removal = Error::Finalizer(Box::new(finalizer::Error::RemoveFinalizer(status(404))));
+        assert!(removal.is_gone());
+        let inside = Error::Finalizer(Box::new(finalizer::Error::ApplyFailed(Error::Kube(
+            status(404),
+        ))));
+        assert!(inside.is_gone());
+        assert!(!Error::Kube(status(409)).is_gone());
+        let mut terminating =
+            kube::core::Status::failure("being terminated", "Forbidden").with_code(403);
+        assert!(!Error::Kube(kube::Error::Api(terminating.clone().boxed())).is_gone());
+        terminating.details = Some(
+            serde_json::from_value(serde_json::json!({
+                "causes": [{"reason": "NamespaceTerminating", "message": "being terminated"}]
+            }))
+            .unwrap(),
+        );
+        let terminating = kube::Error::Api(terminating.boxed());
+        assert_eq!(refusal(&terminating), None, "not a refusal to report");
+        assert!(Error::Kube(terminating).is_gone());
+        assert!(!Error::Kube(status(500)).is_gone());
+        assert!(!Error::Waiting("pods".into()).is_gone());
+    }
+
+    #[test]
     fn retries_double_from_one_second_up_to_five_minutes() {
         let delays: Vec<u64> = (1..=11).map(|n| retry_delay(n).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
@@ -611,11 +855,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_success_ends_the_run_of_failures_of_that_object_only() {
-        let ctx = Context::new(
+        let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
-                .unwrap(),
-            Arc::new(Metrics::default()),
-        );
+                .unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let (caches, _) = Caches::new(&client, None, &metrics);
+        let ctx = Context::new(client, caches, metrics);
         let object = |uid: &str| {
             let mut rs = RoleSet::new("rs", Default::default());
             rs.metadata.uid = Some(uid.into());
@@ -632,5 +877,19 @@ mod tests {
         assert!(ctx.once_per_generation(&object("a"), "log"));
         assert!(!ctx.once_per_generation(&object("a"), "log"));
         assert!(ctx.once_per_generation(&object("a"), "warn"), "per purpose");
+
+        // After a status write over version 7, the cache's version 7 is behind; 8 is not.
+        let mut at = object("a");
+        at.metadata.resource_version = Some("7".into());
+        assert!(!ctx.behind(&at));
+        ctx.overwritten
+            .lock()
+            .unwrap()
+            .insert("a".into(), "7".into());
+        assert!(ctx.behind(&at), "decided from what the write replaced");
+        at.metadata.resource_version = Some("8".into());
+        assert!(!ctx.behind(&at));
+        at.metadata.resource_version = Some("7".into());
+        assert!(!ctx.behind(&at), "forgotten once a newer version was seen");
     }
 }

@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use serde_json::json;
 
 use super::{Context, Error, delete_child, is_ready, owned_children};
-use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME};
+use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
 use crate::api::{PodSet, PodSetStatus};
 use crate::controller::render::gang_pod;
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
@@ -31,12 +30,12 @@ pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action,
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-async fn owned_pods(podset: &PodSet, ctx: &Context) -> Result<Vec<Pod>, Error> {
-    owned_children(&ctx.client, podset, LABEL_PODSET_NAME).await
+fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<Pod>> {
+    owned_children(&ctx.caches.pods, podset)
 }
 
 async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
-    let pods = owned_pods(podset, ctx).await?;
+    let pods = owned_pods(podset, ctx);
     if pods.is_empty() {
         return Ok(Action::await_change());
     }
@@ -75,8 +74,8 @@ fn gang_view(pod: &Pod) -> GangPod {
 }
 
 async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
-    let pods = owned_pods(podset, ctx).await?;
-    let views: Vec<GangPod> = pods.iter().map(gang_view).collect();
+    let pods = owned_pods(podset, ctx);
+    let views: Vec<GangPod> = pods.iter().map(|p| gang_view(p)).collect();
     let size = u32::try_from(podset.spec.pod_group_size).unwrap_or(0);
     let action = plan_gang(
         size,
@@ -110,21 +109,7 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         phase: Some(phase),
         conditions: None,
     };
-    if podset.status.as_ref() != Some(&status) {
-        let ps_api: Api<PodSet> =
-            Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
-        let fresh = ps_api.get_status(&podset.name_any()).await?;
-        if fresh.status.as_ref() != Some(&status) {
-            let patch = json!({"metadata": {"resourceVersion": fresh.resource_version()}, "status": status});
-            ps_api
-                .patch_status(
-                    &podset.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await?;
-            ctx.metrics.api_write("podset", "patch", "podsets/status");
-        }
-    }
+    ctx.write_status("podset", podset, podset.status.as_ref(), &status)
+        .await?;
     Ok(Action::requeue(Duration::from_secs(300)))
 }

@@ -13,8 +13,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::keys::{
-    ANNOTATION_ROLESET_INDEX, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_NAME,
-    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    ANNOTATION_ROLESET_INDEX, FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME,
+    LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
     LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{PodSet, PodSetSpec, RoleSet, RoleSpec, TopologyMode, TopologyScope};
@@ -145,6 +145,8 @@ pub fn podset_for_slot(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32
             labels: Some(labels),
             annotations: pod.metadata.annotations,
             owner_references: pod.metadata.owner_references,
+            // Born with its finalizer: one write less than the PodSet controller adding it.
+            finalizers: Some(vec![FINALIZER_PODSET.into()]),
             ..ObjectMeta::default()
         },
         spec: PodSetSpec {

@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -20,19 +19,14 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::revision::role_template;
-use super::{
-    Context, Error, PendingCreate, condition, delete_child, is_ready, keep_transition_times,
-    owned_children, refusal,
-};
+use super::{Context, Error, PendingCreate, delete_child, is_ready, owned_children, refusal};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
-    LABEL_ROLESET_NAME,
 };
 use crate::api::validation::validate_roleset;
 use crate::api::{
-    PodSet, PodSetPhase, RoleSet, RoleSetStatus, RoleSetUpdateStrategy, RoleSpec, RoleStatus,
-    RoleUpdateStrategyType,
+    PodSet, PodSetPhase, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
 };
 use crate::controller::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
@@ -42,6 +36,7 @@ use crate::planner::in_place::{
     complete_patch, eligibility, has_readiness_gate, pending_reason, start_patch,
 };
 use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
+use crate::planner::status::{Failure, roleset_status};
 
 /// Reconciles one RoleSet.
 pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -58,18 +53,18 @@ pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Actio
 }
 
 /// The RoleSet's own pods.
-async fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Result<Vec<Pod>, Error> {
-    owned_children(&ctx.client, roleset, LABEL_ROLESET_NAME).await
+fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<Pod>> {
+    owned_children(&ctx.caches.pods, roleset)
 }
 
 /// The RoleSet's own PodSets (multi-node roles).
-async fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Result<Vec<PodSet>, Error> {
-    owned_children(&ctx.client, roleset, LABEL_ROLESET_NAME).await
+fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
+    owned_children(&ctx.caches.podsets, roleset)
 }
 
 /// Ordered deletion: every pod first; the finalizer goes once none is left.
 async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
-    let podsets = owned_podsets(roleset, ctx).await?;
+    let podsets = owned_podsets(roleset, ctx);
     if !podsets.is_empty() {
         let api: Api<PodSet> =
             Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
@@ -84,7 +79,7 @@ async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             podsets.len()
         )));
     }
-    let pods = owned_pods(roleset, ctx).await?;
+    let pods = owned_pods(roleset, ctx);
     if pods.is_empty() {
         ctx.forget(roleset);
         return Ok(Action::await_change());
@@ -170,21 +165,15 @@ fn in_place_target(pod: &Pod) -> Option<&String> {
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let report = validate_roleset(roleset, None);
     if !report.is_valid() {
-        write_status(
-            roleset,
-            ctx,
-            &[],
-            &[],
-            Some((
-                "ReconcileError",
-                format!("invalid spec: {}", report.error_message()),
-            )),
-        )
-        .await?;
+        let failure = (
+            "ReconcileError",
+            format!("invalid spec: {}", report.error_message()),
+        );
+        write_status(roleset, ctx, &[], Some(failure)).await?;
         return Ok(Action::await_change());
     }
-    let pods = owned_pods(roleset, ctx).await?;
-    let podsets = owned_podsets(roleset, ctx).await?;
+    let pods = owned_pods(roleset, ctx);
+    let podsets = owned_podsets(roleset, ctx);
     let key = Context::key(roleset);
     let mut orphan_pods = Vec::new();
     let mut orphan_podsets = Vec::new();
@@ -206,8 +195,16 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         let of_role = |labels: &std::collections::BTreeMap<String, String>| {
             labels.get(LABEL_ROLE_NAME) == Some(&role.name)
         };
-        let role_pods: Vec<&Pod> = pods.iter().filter(|p| of_role(p.labels())).collect();
-        let role_podsets: Vec<&PodSet> = podsets.iter().filter(|p| of_role(p.labels())).collect();
+        let role_pods: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| of_role(p.labels()))
+            .map(|p| &**p)
+            .collect();
+        let role_podsets: Vec<&PodSet> = podsets
+            .iter()
+            .filter(|p| of_role(p.labels()))
+            .map(|p| &**p)
+            .collect();
         let gang = role.pod_group_size_or_default() > 1;
         // Children of the other kind are left over from a podGroupSize change.
         let views: Vec<PodView> = if gang {
@@ -422,16 +419,6 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let role_names: Vec<&str> = handled.iter().map(|(r, _)| r.name.as_str()).collect();
     warn_of_topology_pending(roleset, &role_names, &pods, &podsets, ctx).await;
 
-    let statuses: Vec<RoleStatus> = handled
-        .iter()
-        .zip(&inputs)
-        .map(|((role, _), input)| role_status(role, input))
-        .collect();
-    let not_ready: Vec<&str> = inputs
-        .iter()
-        .filter(|input| !input.all_ready())
-        .map(|input| input.name.as_str())
-        .collect();
     let failure = if !refused.is_empty() {
         Some(("FailedCreate", refused.join("; ")))
     } else if !problems.is_empty() {
@@ -439,11 +426,31 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     } else {
         None
     };
-    write_status(roleset, ctx, &statuses, &not_ready, failure).await?;
+    write_status(roleset, ctx, &inputs, failure).await?;
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Derives the RoleSet's status from this pass and writes it when it changed.
+async fn write_status(
+    roleset: &RoleSet,
+    ctx: &Context,
+    inputs: &[RoleInput],
+    failure: Option<Failure>,
+) -> Result<(), Error> {
+    let stored = roleset.status.as_ref();
+    let status = roleset_status(
+        roleset.metadata.generation,
+        inputs,
+        failure,
+        stored,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    ctx.write_status("roleset", roleset, stored, &status)
+        .await?;
+    Ok(())
 }
 
 /// Children to delete because their role left the spec.
@@ -454,7 +461,7 @@ struct Retired {
 
 /// The RoleSet's pods and PodSets whose role is not in `roles` (SPEC §5: a role removed from
 /// the spec takes its children with it).
-fn retired_children(roles: &[RoleSpec], pods: &[Pod], podsets: &[PodSet]) -> Retired {
+fn retired_children(roles: &[RoleSpec], pods: &[Arc<Pod>], podsets: &[Arc<PodSet>]) -> Retired {
     let in_spec = |labels: &BTreeMap<String, String>| {
         labels
             .get(LABEL_ROLE_NAME)
@@ -463,12 +470,12 @@ fn retired_children(roles: &[RoleSpec], pods: &[Pod], podsets: &[PodSet]) -> Ret
     let pods: Vec<PodView> = pods
         .iter()
         .filter(|p| !in_spec(p.labels()))
-        .map(pod_view)
+        .map(|p| pod_view(p))
         .collect();
     let podsets: Vec<PodView> = podsets
         .iter()
         .filter(|p| !in_spec(p.labels()))
-        .map(podset_view)
+        .map(|p| podset_view(p))
         .collect();
     Retired {
         pods: retire(&pods),
@@ -481,8 +488,8 @@ fn retired_children(roles: &[RoleSpec], pods: &[Pod], podsets: &[PodSet]) -> Ret
 async fn warn_of_topology_pending(
     roleset: &RoleSet,
     roles: &[&str],
-    pods: &[Pod],
-    podsets: &[PodSet],
+    pods: &[Arc<Pod>],
+    podsets: &[Arc<PodSet>],
     ctx: &Context,
 ) {
     if roleset.spec.topology_policy.is_none() {
@@ -563,7 +570,7 @@ async fn update_in_place(
     role: &RoleSpec,
     input: &RoleInput,
     action: &RoleAction,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<(), Error> {
@@ -687,9 +694,19 @@ async fn stable_role(
     revision: &str,
     ctx: &Context,
 ) -> Result<(RoleSpec, String), Error> {
-    let api: Api<ControllerRevision> =
-        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
-    let revision = api.get(revision).await?;
+    let namespace = roleset.namespace().unwrap_or_default();
+    // StormServices' revisions are cached; one written by someone else is read.
+    let revision = match ctx.caches.revisions.get(&namespace, revision) {
+        Some(cached) => cached,
+        None => Arc::new(
+            Api::<k8s_openapi::api::apps::v1::ControllerRevision>::namespaced(
+                ctx.client.clone(),
+                &namespace,
+            )
+            .get(revision)
+            .await?,
+        ),
+    };
     let template = role_template(&revision, &role.name)?;
     let hash = template_hash(&template);
     let stable = RoleSpec {
@@ -697,97 +714,4 @@ async fn stable_role(
         ..role.clone()
     };
     Ok((stable, hash))
-}
-
-fn role_status(role: &RoleSpec, input: &RoleInput) -> RoleStatus {
-    let active: Vec<&PodView> = input
-        .pods
-        .iter()
-        .filter(|p| p.running && !p.terminating)
-        .collect();
-    let count = |f: &dyn Fn(&PodView) -> bool| active.iter().filter(|p| f(p)).count() as i32;
-    let replicas = active.len() as i32;
-    let ready = count(&|p| p.ready);
-    RoleStatus {
-        name: role.name.clone(),
-        replicas,
-        ready_replicas: ready,
-        not_ready_replicas: replicas - ready,
-        updated_replicas: count(&|p| p.hash == input.target_hash),
-        updated_ready_replicas: count(&|p| p.hash == input.target_hash && p.ready),
-    }
-}
-
-/// Writes status as a JSON merge patch guarded by the `resourceVersion` of a fresh read
-/// (SPEC §5.1), only when it changed; conditions keep `lastTransitionTime` unless their
-/// status changes.
-async fn write_status(
-    roleset: &RoleSet,
-    ctx: &Context,
-    roles: &[RoleStatus],
-    not_ready: &[&str],
-    failure: Option<(&str, String)>,
-) -> Result<(), Error> {
-    let api: Api<RoleSet> =
-        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
-    let fresh = api.get_status(&roleset.name_any()).await?;
-    let old = fresh.status.clone().unwrap_or_default();
-    let generation = roleset.metadata.generation;
-    let ready = match &failure {
-        None if not_ready.is_empty() => condition(
-            "Ready",
-            "True",
-            "RoleSetReady",
-            "every role is updated (up to its partition) and ready".into(),
-            generation,
-        ),
-        None => condition(
-            "Ready",
-            "False",
-            "RolesNotReady",
-            format!("roles not ready: {}", not_ready.join(", ")),
-            generation,
-        ),
-        Some((_, message)) => condition(
-            "Ready",
-            "False",
-            "ReplicaFailure",
-            message.clone(),
-            generation,
-        ),
-    };
-    let mut conditions = vec![ready];
-    if let Some((reason, message)) = failure {
-        conditions.push(condition(
-            "ReplicaFailure",
-            "True",
-            reason,
-            message,
-            generation,
-        ));
-    }
-    keep_transition_times(
-        &mut conditions,
-        old.conditions.as_deref().unwrap_or_default(),
-    );
-    let status = RoleSetStatus {
-        observed_generation: generation,
-        roles: Some(roles.to_vec()),
-        conditions: Some(conditions),
-    };
-    if fresh.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let patch = json!({
-        "metadata": {"resourceVersion": fresh.resource_version()},
-        "status": status,
-    });
-    api.patch_status(
-        &roleset.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    ctx.metrics.api_write("roleset", "patch", "rolesets/status");
-    Ok(())
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
@@ -18,13 +18,11 @@ use serde_json::json;
 
 use super::render::template_hash;
 use super::revision::{collision_count_of, holds, template_of, write_revision};
-use super::{
-    Context, Error, PendingCreate, condition, delete_child, keep_transition_times, owned_children,
-};
+use super::{Context, Error, PendingCreate, condition, delete_child, owned_children};
 use crate::api::keys::{
     ANNOTATION_REVISION, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
-    ANNOTATION_ROLESET_INDEX, FINALIZER_STORMSERVICE, LABEL_REVISION_OWNER,
-    LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
+    ANNOTATION_ROLESET_INDEX, FINALIZER_ROLESET, FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME,
+    LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{
@@ -38,6 +36,7 @@ use crate::planner::canary::{
     CanaryDecision, CanaryInput, Step, Transition, Trigger, needs_stable_revision, step, target,
     weight_at,
 };
+use crate::planner::status::keep_transition_times;
 use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
 
 /// Expectations of a StormService are kept under one pseudo-role.
@@ -69,8 +68,7 @@ fn rolesets_api(service: &StormService, ctx: &Context) -> Api<RoleSet> {
 
 /// Ordered deletion: every RoleSet (and through it every pod) first.
 async fn cleanup(service: &StormService, ctx: &Context) -> Result<Action, Error> {
-    let rolesets: Vec<RoleSet> =
-        owned_children(&ctx.client, service, LABEL_STORM_SERVICE_NAME).await?;
+    let rolesets = owned_children(&ctx.caches.rolesets, service);
     if rolesets.is_empty() {
         ctx.forget(service);
         ctx.metrics.forget_service(
@@ -152,13 +150,13 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     let update_name = revisions.update.name_any();
     let current_name = revisions.current.name_any();
 
-    let rolesets: Vec<RoleSet> =
-        owned_children(&ctx.client, service, LABEL_STORM_SERVICE_NAME).await?;
-    // The stored status, read once: the canary decides from it, and the status write at the
-    // end is conditional on nobody having written since (SPEC §5.1).
-    let status_api: Api<StormService> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let fresh = status_api.get_status(&service.name_any()).await?;
+    // Copied out of the cache: a StormService has a handful of RoleSets.
+    let rolesets: Vec<RoleSet> = owned_children(&ctx.caches.rolesets, service)
+        .into_iter()
+        .map(Arc::unwrap_or_clone)
+        .collect();
+    // The canary decides from the stored status as cached; the status write at the end is
+    // conditional on nobody having written since (SPEC §5.1).
     let desired = u32::try_from(service.spec.replicas_or_default()).unwrap_or(0);
     let update_template = service.spec.template.clone();
     let current_template = if current_name == update_name {
@@ -168,7 +166,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     };
     let mut canary = evaluate_canary(
         service,
-        &fresh,
+        service,
         &revisions,
         &rolesets,
         desired,
@@ -183,7 +181,10 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             &update_name,
             &update_template,
             &current_template,
-            fresh.status.as_ref().and_then(|s| s.canary_status.as_ref()),
+            service
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.as_ref()),
         );
         if let Some(status) = pass.decision.status.as_mut() {
             status.roles = Some(progress);
@@ -358,7 +359,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     let decision = canary.as_ref().map(|c| &c.decision);
     let requeue = write_status(
         service,
-        &fresh,
+        service,
         ctx,
         &revisions,
         &rolesets,
@@ -378,7 +379,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     // Transitions are reported once their status is stored.
     for transition in decision.iter().flat_map(|d| &d.transitions) {
         ctx.metrics.step_transition(transition.trigger.as_str());
-        record_durations(transition, &fresh, &revisions, ctx);
+        record_durations(transition, service, &revisions, ctx);
         ctx.publish(
             "stormservice",
             service,
@@ -852,6 +853,8 @@ fn render_roleset(
             labels: Some(labels),
             annotations: Some(annotations),
             owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
+            // Born with its finalizer: one write less than the RoleSet controller adding it.
+            finalizers: Some(vec![FINALIZER_ROLESET.into()]),
             ..ObjectMeta::default()
         },
         spec: template.spec.clone().unwrap_or_default(),
@@ -900,30 +903,39 @@ async fn move_in_place(
 }
 
 /// The headless Service `<name>` (AIBRIX-REFERENCE §2.2.2): created when missing; when its
-/// selector or `publishNotReadyAddresses` drifted, only those fields are patched. A Service
-/// of that name that this StormService does not control belongs to somebody else: it is left
-/// alone, and the returned message says so (for the `ServiceConflict` condition).
+/// selector or `publishNotReadyAddresses` drifted, only those fields are patched. It carries
+/// the `storm-service-name` label, which is how the Services cache finds it. A Service of that
+/// name that this StormService does not control belongs to somebody else: it is left alone,
+/// and the returned message says so (for the `ServiceConflict` condition).
 async fn sync_headless_service(
     service: &StormService,
     ctx: &Context,
 ) -> Result<Option<String>, Error> {
-    let api: Api<Service> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let namespace = service.namespace().unwrap_or_default();
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let name = service.name_any();
     let selector = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), name.clone())]);
-    match api.get_opt(&name).await? {
+    let cached = ctx
+        .caches
+        .services
+        .get(&namespace, &name)
+        .filter(|s| controlled_by(&s.metadata, service));
+    let existing = match cached {
+        Some(ours) => ours,
         None => {
+            let mut labels = service.metadata.labels.clone().unwrap_or_default();
+            labels.extend(selector.clone());
             let desired = Service {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
                     namespace: service.namespace(),
-                    labels: service.metadata.labels.clone(),
+                    labels: Some(labels),
                     owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
                     ..ObjectMeta::default()
                 },
                 spec: Some(ServiceSpec {
                     cluster_ip: Some("None".into()),
-                    selector: Some(selector),
+                    selector: Some(selector.clone()),
                     publish_not_ready_addresses: Some(true),
                     ..ServiceSpec::default()
                 }),
@@ -941,41 +953,50 @@ async fn sync_headless_service(
                         format!("Headless Service {name} created"),
                     )
                     .await;
+                    return Ok(None);
                 }
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                // Somebody else's, or ours from before it was labelled: read it once.
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    match api.get_opt(&name).await? {
+                        Some(existing) => Arc::new(existing),
+                        None => return Ok(None),
+                    }
+                }
                 Err(e) => return Err(e.into()),
             }
         }
-        Some(existing) if !controlled_by(&existing.metadata, service) => {
-            let message = format!(
-                "Service {name} exists and is not controlled by this StormService; squall \
-                 leaves it alone, so it may not select this service's pods. Delete or rename it \
-                 to let squall create the headless Service."
-            );
-            if ctx.once_per_generation(service, "service conflict") {
-                ctx.warn(
-                    "stormservice",
-                    service,
-                    "ServiceConflict",
-                    "SyncHeadlessService",
-                    message.clone(),
-                )
-                .await;
-            }
-            return Ok(Some(message));
+    };
+    if !controlled_by(&existing.metadata, service) {
+        let message = format!(
+            "Service {name} exists and is not controlled by this StormService; squall \
+             leaves it alone, so it may not select this service's pods. Delete or rename it \
+             to let squall create the headless Service."
+        );
+        if ctx.once_per_generation(service, "service conflict") {
+            ctx.warn(
+                "stormservice",
+                service,
+                "ServiceConflict",
+                "SyncHeadlessService",
+                message.clone(),
+            )
+            .await;
         }
-        Some(existing) => {
-            let spec = existing.spec.unwrap_or_default();
-            if spec.selector.as_ref() != Some(&selector)
-                || spec.publish_not_ready_addresses != Some(true)
-            {
-                let patch =
-                    json!({"spec": {"selector": selector, "publishNotReadyAddresses": true}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-                ctx.metrics.api_write("stormservice", "patch", "services");
-            }
-        }
+        return Ok(Some(message));
+    }
+    let spec = existing.spec.clone().unwrap_or_default();
+    let labelled = existing.labels().get(LABEL_STORM_SERVICE_NAME) == Some(&name);
+    if !labelled
+        || spec.selector.as_ref() != Some(&selector)
+        || spec.publish_not_ready_addresses != Some(true)
+    {
+        let patch = json!({
+            "metadata": {"labels": {LABEL_STORM_SERVICE_NAME: name}},
+            "spec": {"selector": selector, "publishNotReadyAddresses": true},
+        });
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        ctx.metrics.api_write("stormservice", "patch", "services");
     }
     Ok(None)
 }
@@ -996,22 +1017,10 @@ fn controlled_by(meta: &ObjectMeta, service: &StormService) -> bool {
 async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisions, Error> {
     let api: Api<ControllerRevision> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let uid = service.uid().unwrap_or_default();
-    let mut history: Vec<ControllerRevision> = api
-        .list(
-            &ListParams::default()
-                .labels(&format!("{LABEL_REVISION_OWNER}={}", service.name_any())),
-        )
-        .await?
-        .items
+    // Copied out of the cache: the history is bounded by `revisionHistoryLimit`.
+    let mut history: Vec<ControllerRevision> = owned_children(&ctx.caches.revisions, service)
         .into_iter()
-        .filter(|r| {
-            r.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
+        .map(Arc::unwrap_or_clone)
         .collect();
     history.sort_by(|a, b| {
         (a.revision, &a.metadata.creation_timestamp, a.name_any()).cmp(&(
@@ -1143,10 +1152,7 @@ async fn write_conditions(
     ctx: &Context,
     new: Vec<Condition>,
 ) -> Result<(), Error> {
-    let api: Api<StormService> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    let fresh = api.get_status(&service.name_any()).await?;
-    let old = fresh.status.clone().unwrap_or_default();
+    let old = service.status.clone().unwrap_or_default();
     let mut conditions: Vec<_> = old
         .conditions
         .clone()
@@ -1164,33 +1170,8 @@ async fn write_conditions(
         conditions: Some(conditions),
         ..old
     };
-    patch_status(&api, &fresh, status, ctx).await
-}
-
-async fn patch_status(
-    api: &Api<StormService>,
-    fresh: &StormService,
-    status: StormServiceStatus,
-    ctx: &Context,
-) -> Result<(), Error> {
-    if fresh.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    // The whole status is replaced (fields that went away go away) — but only if nobody
-    // wrote since `fresh` was read: a user's promote or abort is never overwritten, the pass
-    // is re-planned instead (SPEC §5.1).
-    let patch = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": fresh.resource_version()},
-        {"op": "add", "path": "/status", "value": status},
-    ]);
-    api.patch_status(
-        &fresh.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(patch).expect("a JSON patch")),
-    )
-    .await?;
-    ctx.metrics
-        .api_write("stormservice", "patch", "stormservices/status");
+    ctx.write_status("stormservice", service, service.status.as_ref(), &status)
+        .await?;
     Ok(())
 }
 
@@ -1240,8 +1221,6 @@ async fn write_status(
     refused: Option<&str>,
     service_conflict: Option<&str>,
 ) -> Result<Action, Error> {
-    let api: Api<StormService> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
     let old = fresh.status.clone().unwrap_or_default();
     let generation = service.metadata.generation;
     let update_name = revisions.update.name_any();
@@ -1497,7 +1476,8 @@ async fn write_status(
             .and_then(|c| c.status.clone())
             .or(old.canary_status.clone()),
     };
-    patch_status(&api, fresh, status, ctx).await?;
+    ctx.write_status("stormservice", fresh, fresh.status.as_ref(), &status)
+        .await?;
     if let Some(seconds) = canary.and_then(|c| c.requeue_after) {
         requeue_seconds = seconds;
     }

@@ -6,6 +6,7 @@ pub mod canary;
 pub mod in_place;
 pub mod podset;
 pub mod roleset;
+pub mod status;
 pub mod stormservice;
 
 /// Most children (pods, PodSets or RoleSets) one pass creates for one role or StormService,

@@ -39,7 +39,7 @@ pub struct PodView {
 }
 
 /// What the planner knows about one role.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RoleInput {
     /// Role name (for logs).
     pub name: String,

@@ -77,7 +77,7 @@ e2e operator runs under the chart's ServiceAccount, so a missing rule fails the 
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["orchestration.aibrix.ai"]
   resources: ["stormservices/status", "rolesets/status", "podsets/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 # Children carry blockOwnerDeletion: with OwnerReferencesPermissionEnforcement the creator
 # needs update on the owner's finalizers.
 - apiGroups: ["orchestration.aibrix.ai"]
@@ -91,10 +91,10 @@ e2e operator runs under the chart's ServiceAccount, so a missing rule fails the 
   verbs: ["patch"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["apps"]
   resources: ["controllerrevisions"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
