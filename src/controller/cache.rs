@@ -303,6 +303,7 @@ where
                 let _ = subscriber.send(object.clone()).await;
             }
         }
+        subscribers.retain(|s| !s.is_closed());
         let mut live = self.cache.subscribers.lock().expect("subscribers lock");
         subscribers.append(&mut live);
         *live = subscribers;

@@ -27,6 +27,7 @@ use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::{Condition, PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
+use crate::planner::status::{COALESCE, only_counters_differ};
 
 /// How long an unobserved create or delete is waited for before it is assumed lost.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
@@ -234,6 +235,8 @@ pub struct Context {
     /// By UID: the `resourceVersion` our last status write replaced, until the cache shows a
     /// newer one (deciding from the older would undo what was just written).
     overwritten: Mutex<HashMap<String, String>>,
+    /// By UID: when a status write held back (only pod counters changed) is due.
+    status_due: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -248,6 +251,7 @@ impl Context {
             logged_generations: Mutex::default(),
             failures: Mutex::default(),
             overwritten: Mutex::default(),
+            status_due: Mutex::default(),
         }
     }
 
@@ -266,16 +270,19 @@ impl Context {
     }
 
     /// Writes `status` to `object` (one `/status` patch) unless it is already there,
-    /// guarded by the `resourceVersion` it was decided from, and reports whether it wrote.
-    /// A conflict means the cache is behind a newer write, whose watch event reconciles
-    /// again; an object already deleted has no status to keep: neither is a failure.
+    /// guarded by the `resourceVersion` it was decided from. A change confined to the pod
+    /// `counters` waits up to [`COALESCE`] for the next ones (so a burst of pods turning Ready
+    /// is one write): the returned delay says when to reconcile again to write it. A conflict
+    /// means the cache is behind a newer write, whose watch event reconciles again; an
+    /// object already deleted has no status to keep: neither is a failure.
     pub async fn write_status<K, S>(
         &self,
         controller: &str,
         object: &K,
         stored: Option<&S>,
         status: &S,
-    ) -> Result<bool, Error>
+        counters: &[&str],
+    ) -> Result<Option<Duration>, Error>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
@@ -283,9 +290,26 @@ impl Context {
             + std::fmt::Debug,
         S: serde::Serialize + PartialEq,
     {
+        let key = Self::key(object);
         if stored == Some(status) {
-            return Ok(false);
+            self.status_due.lock().expect("due lock").remove(&key);
+            return Ok(None);
         }
+        if let Some(stored) = stored
+            && only_counters_differ(stored, status, counters)
+        {
+            let mut due = self.status_due.lock().expect("due lock");
+            let due = *due
+                .entry(key.clone())
+                .or_insert_with(|| Instant::now() + COALESCE);
+            if let Some(wait) = due
+                .checked_duration_since(Instant::now())
+                .filter(|w| !w.is_zero())
+            {
+                return Ok(Some(wait));
+            }
+        }
+        self.status_due.lock().expect("due lock").remove(&key);
         let api: Api<K> = Api::namespaced(
             self.client.clone(),
             object.meta().namespace.as_deref().unwrap_or_default(),
@@ -316,13 +340,13 @@ impl Context {
                     self.overwritten
                         .lock()
                         .expect("overwritten lock")
-                        .insert(Self::key(object), old);
+                        .insert(key, old);
                 }
-                Ok(true)
+                Ok(None)
             }
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
                 tracing::debug!(%name, code = status.code, "status not written: the cache is behind, or the object is gone");
-                Ok(false)
+                Ok(None)
             }
             Err(error) => Err(error.into()),
         }
@@ -407,6 +431,7 @@ impl Context {
             .lock()
             .expect("overwritten lock")
             .remove(&key);
+        self.status_due.lock().expect("due lock").remove(&key);
     }
 
     /// Publishes an event about `object`, optionally naming a `related` object

@@ -15,6 +15,7 @@ use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
 use crate::api::{PodSet, PodSetStatus};
 use crate::controller::render::gang_pod;
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
+use crate::planner::status::PODSET_COUNTERS;
 
 /// Reconciles one PodSet.
 pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -109,7 +110,14 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         phase: Some(phase),
         conditions: None,
     };
-    ctx.write_status("podset", podset, podset.status.as_ref(), &status)
+    let wait = ctx
+        .write_status(
+            "podset",
+            podset,
+            podset.status.as_ref(),
+            &status,
+            PODSET_COUNTERS,
+        )
         .await?;
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
 }

@@ -36,7 +36,7 @@ use crate::planner::in_place::{
     complete_patch, eligibility, has_readiness_gate, pending_reason, start_patch,
 };
 use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
-use crate::planner::status::{Failure, roleset_status};
+use crate::planner::status::{Failure, ROLESET_COUNTERS, roleset_status};
 
 /// Reconciles one RoleSet.
 pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -169,8 +169,12 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             "ReconcileError",
             format!("invalid spec: {}", report.error_message()),
         );
-        write_status(roleset, ctx, &[], Some(failure)).await?;
-        return Ok(Action::await_change());
+        return Ok(
+            match write_status(roleset, ctx, &[], Some(failure)).await? {
+                Some(wait) => Action::requeue(wait),
+                None => Action::await_change(),
+            },
+        );
     }
     let pods = owned_pods(roleset, ctx);
     let podsets = owned_podsets(roleset, ctx);
@@ -426,20 +430,21 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     } else {
         None
     };
-    write_status(roleset, ctx, &inputs, failure).await?;
+    let wait = write_status(roleset, ctx, &inputs, failure).await?;
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
 }
 
-/// Derives the RoleSet's status from this pass and writes it when it changed.
+/// Derives the RoleSet's status from this pass and writes it when it changed (or says when
+/// to come back to write a held-back count).
 async fn write_status(
     roleset: &RoleSet,
     ctx: &Context,
     inputs: &[RoleInput],
     failure: Option<Failure>,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
     let stored = roleset.status.as_ref();
     let status = roleset_status(
         roleset.metadata.generation,
@@ -448,9 +453,8 @@ async fn write_status(
         stored,
         k8s_openapi::jiff::Timestamp::now(),
     );
-    ctx.write_status("roleset", roleset, stored, &status)
-        .await?;
-    Ok(())
+    ctx.write_status("roleset", roleset, stored, &status, ROLESET_COUNTERS)
+        .await
 }
 
 /// Children to delete because their role left the spec.

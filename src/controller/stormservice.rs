@@ -36,7 +36,7 @@ use crate::planner::canary::{
     CanaryDecision, CanaryInput, Step, Transition, Trigger, needs_stable_revision, step, target,
     weight_at,
 };
-use crate::planner::status::keep_transition_times;
+use crate::planner::status::{STORMSERVICE_COUNTERS, keep_transition_times};
 use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
 
 /// Expectations of a StormService are kept under one pseudo-role.
@@ -1170,8 +1170,15 @@ async fn write_conditions(
         conditions: Some(conditions),
         ..old
     };
-    ctx.write_status("stormservice", service, service.status.as_ref(), &status)
-        .await?;
+    // Conditions are never held back: no counters.
+    ctx.write_status(
+        "stormservice",
+        service,
+        service.status.as_ref(),
+        &status,
+        &[],
+    )
+    .await?;
     Ok(())
 }
 
@@ -1476,10 +1483,22 @@ async fn write_status(
             .and_then(|c| c.status.clone())
             .or(old.canary_status.clone()),
     };
-    ctx.write_status("stormservice", fresh, fresh.status.as_ref(), &status)
+    let wait = ctx
+        .write_status(
+            "stormservice",
+            fresh,
+            fresh.status.as_ref(),
+            &status,
+            STORMSERVICE_COUNTERS,
+        )
         .await?;
     if let Some(seconds) = canary.and_then(|c| c.requeue_after) {
         requeue_seconds = seconds;
+    }
+    if let Some(wait) = wait {
+        return Ok(Action::requeue(
+            wait.min(Duration::from_secs(requeue_seconds.max(1))),
+        ));
     }
     if service_conflict.is_some() {
         // Another owner's Service sends squall no events: look again for it to be gone.

@@ -2,11 +2,44 @@
 //! and the status stored, at `now`. Pure, so "nothing changed" is provably "nothing to write":
 //! deriving again from a written status gives it back.
 
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::roleset::{PodView, RoleInput};
 use crate::api::{Condition, RoleSetStatus, RoleStatus};
+
+/// How long a status change confined to pod counters may wait to be written with the next
+/// ones: pods of one object turning Ready within it cost one write, not one each.
+pub const COALESCE: Duration = Duration::from_secs(1);
+
+/// The pod counters of a RoleSet's status (`roles`): they move with every pod.
+pub const ROLESET_COUNTERS: &[&str] = &["roles"];
+/// The pod counters of a StormService's status (`roleStatuses`, summed from its RoleSets').
+pub const STORMSERVICE_COUNTERS: &[&str] = &["roleStatuses"];
+/// The pod counters of a PodSet's status.
+pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
+
+/// Whether `desired` differs from `stored` only in the top-level `counters` fields. Such a
+/// change informs people and dashboards; no decision waits on it — every decision reads
+/// conditions, generations, revisions and canary state, which are written at once.
+pub fn only_counters_differ<S: serde::Serialize>(
+    stored: &S,
+    desired: &S,
+    counters: &[&str],
+) -> bool {
+    let without_counters = |status: &S| {
+        let mut value = serde_json::to_value(status).unwrap_or_default();
+        if let Some(fields) = value.as_object_mut() {
+            for counter in counters {
+                fields.remove(*counter);
+            }
+        }
+        value
+    };
+    without_counters(stored) == without_counters(desired)
+}
 
 /// A condition for `generation`, changed at `now`.
 pub fn condition(
@@ -205,6 +238,50 @@ mod tests {
         assert_eq!(conditions[0].reason.as_deref(), Some("ReplicaFailure"));
         assert_eq!(conditions[1].type_, "ReplicaFailure");
         assert_eq!(conditions[1].reason.as_deref(), Some("FailedCreate"));
+    }
+
+    #[test]
+    fn a_change_of_pod_counts_alone_may_wait_but_a_condition_change_may_not() {
+        let pods = |ready| vec![pod("new", ready, false), pod("new", true, false)];
+        let before = roleset_status(
+            Some(1),
+            &[role("decode", 3, pods(false))],
+            None,
+            None,
+            at(0),
+        );
+        let counted = roleset_status(
+            Some(1),
+            &[role("decode", 3, pods(true))],
+            None,
+            Some(&before),
+            at(1),
+        );
+        assert_ne!(before, counted);
+        assert!(only_counters_differ(&before, &counted, ROLESET_COUNTERS));
+        let all_ready = vec![pod("new", true, false); 3];
+        let ready = roleset_status(
+            Some(1),
+            &[role("decode", 3, all_ready)],
+            None,
+            Some(&before),
+            at(1),
+        );
+        assert!(
+            !only_counters_differ(&before, &ready, ROLESET_COUNTERS),
+            "Ready turned True"
+        );
+        let next = roleset_status(
+            Some(2),
+            &[role("decode", 3, pods(false))],
+            None,
+            Some(&before),
+            at(1),
+        );
+        assert!(
+            !only_counters_differ(&before, &next, ROLESET_COUNTERS),
+            "a new generation"
+        );
     }
 
     proptest! {
