@@ -204,7 +204,7 @@ impl Default for Metrics {
         let reconciles = Family::<ReconcileLabels, Counter>::default();
         registry.register(
             "squall_reconciles",
-            "Reconciles by controller and outcome (ok, waiting for the cache, error)",
+            "Reconciles by controller and outcome (ok; waiting for children to go; behind: skipped until the cache shows our last status write; error)",
             reconciles.clone(),
         );
         let reconcile_duration =

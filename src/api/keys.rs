@@ -59,6 +59,19 @@ pub const ANNOTATION_IN_PLACE_PENDING_REASON: &str =
 pub const CONDITION_IN_PLACE_READY: &str =
     "stormservice.orchestration.aibrix.ai/in-place-update-ready";
 
+/// Condition types squall writes on its objects' status (AIBRIX-REFERENCE §1.4).
+pub const CONDITION_READY: &str = "Ready";
+/// Whether a rollout is moving (False past `progressDeadlineSeconds`).
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+/// Whether `spec.paused` holds rollouts.
+pub const CONDITION_PAUSED: &str = "Paused";
+/// Whether the spec fails validation (the object is left alone).
+pub const CONDITION_INVALID_SPEC: &str = "InvalidSpec";
+/// Whether children cannot be created (quota, admission) or are failing.
+pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
+/// Whether a Service of the StormService's name belongs to someone else.
+pub const CONDITION_SERVICE_CONFLICT: &str = "ServiceConflict";
+
 /// PodSet finalizer (its pods go first).
 pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";
 /// RoleSet finalizer (ordered deletion of its children).

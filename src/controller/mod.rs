@@ -555,7 +555,14 @@ async fn measured<K: kube::Resource<DynamicType = ()>>(
             .reconciled(controller, "behind", started.elapsed());
         return Ok(Action::await_change());
     }
-    let result = match reconcile.await {
+    // Every log line of the reconcile names what it was about.
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = %K::kind(&()),
+        namespace = object.meta().namespace.as_deref().unwrap_or_default(),
+        name = object.meta().name.as_deref().unwrap_or_default(),
+    );
+    let result = match tracing::Instrument::instrument(reconcile, span).await {
         Err(error) if error.is_gone() => {
             tracing::debug!(%error, "an object of this reconcile is gone; its watch event follows");
             Ok(Action::await_change())
@@ -724,6 +731,39 @@ where
     }
 }
 
+/// Runs one controller until `shutdown`: every reconcile measured, instrumented and retried
+/// by [`error_policy`].
+async fn drive<K, Fut>(
+    name: &'static str,
+    controller: Controller<K>,
+    reconcile: fn(Arc<K>, Arc<Context>) -> Fut,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |object, ctx| measured(name, object.clone(), ctx.clone(), reconcile(object, ctx)),
+            error_policy,
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, controller = name, "controller event");
+            }
+        })
+        .await;
+}
+
 async fn run_scope(
     clients: &Clients,
     namespace: Option<&str>,
@@ -739,74 +779,36 @@ async fn run_scope(
         ))
     };
     // Subscribed before the watches start, so no change is missed.
-    let rolesets =
+    let rolesets = drive(
+        "roleset",
         Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
             .owns_shared_stream(caches.pods.subscribe())
-            .owns_shared_stream(caches.podsets.subscribe())
-            .graceful_shutdown_on(shutdown.clone())
-            .run(
-                |roleset, ctx| {
-                    measured(
-                        "roleset",
-                        roleset.clone(),
-                        ctx.clone(),
-                        roleset::reconcile(roleset, ctx),
-                    )
-                },
-                error_policy,
-                context(&clients.roleset),
-            )
-            .for_each(|result| async move {
-                if let Err(error) = result {
-                    tracing::debug!(%error, "roleset controller event");
-                }
-            });
-    let podsets =
+            .owns_shared_stream(caches.podsets.subscribe()),
+        roleset::reconcile,
+        context(&clients.roleset),
+        shutdown.clone(),
+    );
+    let podsets = drive(
+        "podset",
         Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
-            .owns_shared_stream(caches.pods.subscribe())
-            .graceful_shutdown_on(shutdown.clone())
-            .run(
-                |podset, ctx| {
-                    measured(
-                        "podset",
-                        podset.clone(),
-                        ctx.clone(),
-                        podset::reconcile(podset, ctx),
-                    )
-                },
-                error_policy,
-                context(&clients.podset),
-            )
-            .for_each(|result| async move {
-                if let Err(error) = result {
-                    tracing::debug!(%error, "podset controller event");
-                }
-            });
-    let stormservices = Controller::for_shared_stream(
-        caches.stormservices.subscribe(),
-        caches.stormservices.reader(),
-    )
-    .owns_shared_stream(caches.rolesets.subscribe())
-    .owns_shared_stream(caches.revisions.subscribe())
-    .owns_shared_stream(caches.services.subscribe())
-    .graceful_shutdown_on(shutdown)
-    .run(
-        |service, ctx| {
-            measured(
-                "stormservice",
-                service.clone(),
-                ctx.clone(),
-                stormservice::reconcile(service, ctx),
-            )
-        },
-        error_policy,
+            .owns_shared_stream(caches.pods.subscribe()),
+        podset::reconcile,
+        context(&clients.podset),
+        shutdown.clone(),
+    );
+    let stormservices = drive(
+        "stormservice",
+        Controller::for_shared_stream(
+            caches.stormservices.subscribe(),
+            caches.stormservices.reader(),
+        )
+        .owns_shared_stream(caches.rolesets.subscribe())
+        .owns_shared_stream(caches.revisions.subscribe())
+        .owns_shared_stream(caches.services.subscribe()),
+        stormservice::reconcile,
         context(&clients.stormservice),
-    )
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "stormservice controller event");
-        }
-    });
+        shutdown,
+    );
     let watches = futures::future::join_all(drivers);
     let controllers = async {
         // Reconciling before every cache is filled would see children as missing.

@@ -21,14 +21,14 @@ use super::revision::{collision_count_of, holds, template_of, write_revision};
 use super::{Context, Error, PendingCreate, condition, delete_child, owned_children};
 use crate::api::keys::{
     ANNOTATION_REVISION, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
-    ANNOTATION_ROLESET_INDEX, FINALIZER_ROLESET, FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME,
+    ANNOTATION_ROLESET_INDEX, CONDITION_INVALID_SPEC, CONDITION_PAUSED, CONDITION_PROGRESSING,
+    CONDITION_READY, FINALIZER_ROLESET, FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME,
     LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{
     CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, Condition, RoleRollout, RoleSet,
-    RoleSetTemplateSpec, RoleStatus, StormService, StormServiceStatus,
-    StormServiceUpdateStrategyType,
+    RoleSetTemplateSpec, StormService, StormServiceStatus, StormServiceUpdateStrategyType,
 };
 use crate::controller::render::shorten_keep_prefix;
 use crate::planner::budget::{Budget, Fenceposts, resolve_fenceposts};
@@ -36,7 +36,10 @@ use crate::planner::canary::{
     CanaryDecision, CanaryInput, Step, Transition, Trigger, needs_stable_revision, step, target,
     weight_at,
 };
-use crate::planner::status::{STORMSERVICE_COUNTERS, keep_transition_times};
+use crate::planner::status::{
+    STORMSERVICE_COUNTERS, ServiceStatusInput, fresh_ready, keep_transition_times,
+    stormservice_status,
+};
 use crate::planner::stormservice::{PendingRoleSet, RoleSetView, ServiceInput, plan};
 
 /// Expectations of a StormService are kept under one pseudo-role.
@@ -45,8 +48,6 @@ const ROLESETS: &str = "";
 const GENERATE_NAME_LIMIT: usize = 58;
 /// History kept when `revisionHistoryLimit` is absent.
 const DEFAULT_HISTORY_LIMIT: usize = 10;
-/// Seconds without progress before `Progressing` turns False, when absent.
-const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
 
 /// Reconciles one StormService.
 pub async fn reconcile(service: Arc<StormService>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -138,7 +139,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             .await;
         }
         let held = condition(
-            "Progressing",
+            CONDITION_PROGRESSING,
             "False",
             "StableRevisionMissing",
             message,
@@ -359,7 +360,6 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     let decision = canary.as_ref().map(|c| &c.decision);
     let requeue = write_status(
         service,
-        service,
         ctx,
         &revisions,
         &rolesets,
@@ -526,7 +526,10 @@ fn evaluate_canary(
     };
     let paused_since = stored
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Paused" && c.status == "True"))
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == CONDITION_PAUSED && c.status == "True")
+        })
         .and_then(|c| c.last_transition_time.as_ref())
         .map(|t| t.0.as_second());
     let decision = step(&CanaryInput {
@@ -661,33 +664,6 @@ fn canary_progress(
     }
 }
 
-/// Why replicas are missing, if they are: a RoleSet create the API server refused
-/// (`FailedCreate`), or RoleSets that report their own `ReplicaFailure` (`RoleSetFailure`,
-/// naming them) — the StormService is where users look.
-fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(&'static str, String)> {
-    if let Some(message) = refused {
-        return Some(("FailedCreate", message.to_string()));
-    }
-    let failing: Vec<String> = active
-        .iter()
-        .filter_map(|r| {
-            let failure = r
-                .status
-                .as_ref()?
-                .conditions
-                .iter()
-                .flatten()
-                .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
-            Some(format!(
-                "RoleSet {}: {}",
-                r.name_any(),
-                failure.message.clone().unwrap_or_default()
-            ))
-        })
-        .collect();
-    (!failing.is_empty()).then(|| ("RoleSetFailure", failing.join("; ")))
-}
-
 /// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.
 fn budgets(service: &StormService, desired: u32) -> Fenceposts {
     if service.spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate {
@@ -713,19 +689,6 @@ fn resolved_budgets(service: &StormService, desired: u32) -> Fenceposts {
 /// `maxUnavailable` (AIBrix's fence-post rule), whatever the update type.
 fn in_place_unavailable(service: &StormService, desired: u32) -> u32 {
     resolved_budgets(service, desired).max_unavailable.max(1)
-}
-
-/// Whether a RoleSet's status describes its current generation and says Ready.
-fn fresh_ready(roleset: &RoleSet) -> bool {
-    let Some(status) = roleset.status.as_ref() else {
-        return false;
-    };
-    status.observed_generation == roleset.metadata.generation
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 fn view(roleset: &RoleSet, update_revision: &str) -> RoleSetView {
@@ -1128,14 +1091,14 @@ async fn write_invalid(service: &StormService, ctx: &Context, message: &str) -> 
     let generation = service.metadata.generation;
     let conditions = vec![
         condition(
-            "InvalidSpec",
+            CONDITION_INVALID_SPEC,
             "True",
             "ValidationFailed",
             message.to_string(),
             generation,
         ),
         condition(
-            "Ready",
+            CONDITION_READY,
             "False",
             "InvalidSpec",
             "the spec is invalid; RoleSets are left as they are".into(),
@@ -1182,44 +1145,14 @@ async fn write_conditions(
     Ok(())
 }
 
-/// Whether every role of a RoleSet has all its replicas updated (and Ready, with `ready`),
-/// per a status that describes the RoleSet's current generation. `desired` holds the live
-/// template's role replicas, which RoleSets on the update revision follow (a RoleSet not
-/// yet patched to them is not updated).
-fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>) -> bool {
-    let Some(status) = roleset.status.as_ref() else {
-        return false;
-    };
-    if status.observed_generation != roleset.metadata.generation {
-        return false;
-    }
-    roleset.spec.roles.iter().flatten().all(|role| {
-        status
-            .roles
-            .iter()
-            .flatten()
-            .find(|r| r.name == role.name)
-            .is_some_and(|r| {
-                let count = if ready {
-                    r.updated_ready_replicas
-                } else {
-                    r.updated_replicas
-                };
-                let want = desired
-                    .get(&role.name)
-                    .copied()
-                    .unwrap_or_else(|| role.replicas_or_default());
-                role.replicas_or_default() == want && count >= want
-            })
-    })
-}
-
 /// Computes and writes status (AIBRIX-REFERENCE §2.2.8 with SPEC §5.1 conditions); returns
 /// when to look again (the progress deadline, if one is running).
 #[allow(clippy::too_many_arguments)]
+/// Derives the status (`planner::status::stormservice_status`), records the per-role
+/// metrics and writes it when it changed.
+#[allow(clippy::too_many_arguments)]
 async fn write_status(
     service: &StormService,
-    fresh: &StormService,
     ctx: &Context,
     revisions: &Revisions,
     rolesets: &[RoleSet],
@@ -1228,231 +1161,19 @@ async fn write_status(
     refused: Option<&str>,
     service_conflict: Option<&str>,
 ) -> Result<Action, Error> {
-    let old = fresh.status.clone().unwrap_or_default();
-    let generation = service.metadata.generation;
-    let update_name = revisions.update.name_any();
-    let mut current_name = revisions.current.name_any();
-    let active: Vec<&RoleSet> = rolesets
-        .iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .collect();
-    let on = |r: &&RoleSet, revision: &str| {
-        r.labels()
-            .get(LABEL_STORM_SERVICE_REVISION)
-            .map(String::as_str)
-            == Some(revision)
-    };
-    let count = |f: &dyn Fn(&&RoleSet) -> bool| active.iter().filter(|r| f(r)).count() as i32;
-    // "Current" is promoted once no RoleSet is left on anything but the update revision —
-    // during a canary, only when it completes.
-    let canary_phase = canary.and_then(|c| c.status.as_ref()).and_then(|c| c.phase);
-    let canary_running = canary.is_some() && canary_phase != Some(CanaryPhase::Completed);
-    // A rollout is over when no RoleSet is left elsewhere and the count is whole again (a
-    // replacement created after that still belongs to the rollout).
-    let rolled = count(&|r| !on(r, &update_name)) == 0 && active.len() as u32 >= desired;
-    if canary_phase == Some(CanaryPhase::Completed) || (!canary_running && rolled) {
-        current_name = update_name.clone();
-    }
-    let replicas = active.len() as i32;
-    let ready = count(&|r| fresh_ready(r));
-    let role_replicas: BTreeMap<String, i32> = service
-        .spec
-        .template
-        .spec
-        .iter()
-        .flat_map(|s| s.roles.iter().flatten())
-        .map(|r| (r.name.clone(), r.replicas_or_default()))
-        .collect();
-    let updated = count(&|r| on(r, &update_name) && roles_updated(r, false, &role_replicas));
-    let updated_ready =
-        count(&|r| on(r, &update_name) && fresh_ready(r) && roles_updated(r, true, &role_replicas));
-    let desired = desired as i32;
-    let complete = ready >= desired
-        && updated == desired
-        && replicas == desired
-        && current_name == update_name;
-    let paused = service.spec.paused == Some(true);
-
-    let mut conditions = vec![if complete {
-        condition(
-            "Ready",
-            "True",
-            "RoleSetsReady",
-            format!("{ready} of {desired} RoleSets updated and Ready"),
-            generation,
-        )
-    } else {
-        condition(
-            "Ready",
-            "False",
-            "RoleSetsNotReady",
-            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
-            generation,
-        )
-    }];
-    // Progress: any count moved since the stored status (or the spec changed).
-    let moved = old.observed_generation != generation
-        || (
-            old.replicas,
-            old.ready_replicas,
-            old.updated_replicas,
-            old.updated_ready_replicas,
-        ) != (replicas, ready, updated, updated_ready);
-    let previous_progress = old
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Progressing")
-        .cloned();
-    let now = k8s_openapi::jiff::Timestamp::now();
-    // The deadline clock does not run while paused (globally or in a canary pause step): it
-    // restarts when waiting begins or ends, and is kept otherwise (so status stays put).
-    let waiting = paused || canary_phase == Some(CanaryPhase::Paused);
-    let last_progress = match &previous_progress {
-        Some(c)
-            if !moved
-                && waiting == matches!(c.reason.as_deref(), Some("Paused" | "CanaryPaused")) =>
-        {
-            c.last_update_time.as_ref().map_or(now, |t| t.0)
-        }
-        _ => now,
-    };
-    let deadline = service
-        .spec
-        .progress_deadline_seconds
-        .map_or(DEFAULT_PROGRESS_DEADLINE, i64::from);
-    let stalled_for = now.as_second() - last_progress.as_second();
-    let mut requeue_seconds = 300;
-    let mut progressing = if complete {
-        condition(
-            "Progressing",
-            "True",
-            "RolloutComplete",
-            "every RoleSet is updated and Ready".into(),
-            generation,
-        )
-    } else if paused {
-        condition(
-            "Progressing",
-            "Unknown",
-            "Paused",
-            "the rollout is paused".into(),
-            generation,
-        )
-    } else if canary_phase == Some(CanaryPhase::Paused) {
-        // Waiting in a pause step is not a stall: no progress deadline runs.
-        condition(
-            "Progressing",
-            "Unknown",
-            "CanaryPaused",
-            "the canary waits in a pause step".into(),
-            generation,
-        )
-    } else if stalled_for >= deadline {
-        condition(
-            "Progressing",
-            "False",
-            "ProgressDeadlineExceeded",
-            format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
-            generation,
-        )
-    } else {
-        let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
-        requeue_seconds = left;
-        condition(
-            "Progressing",
-            "True",
-            "RollingOut",
-            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
-            generation,
-        )
-    };
-    progressing.last_update_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        last_progress,
-    ));
-    conditions.push(progressing);
-    conditions.push(condition(
-        "Paused",
-        if paused { "True" } else { "False" },
-        if paused { "Paused" } else { "Running" },
-        if paused {
-            "spec.paused is set: scaling continues, rollouts wait".into()
-        } else {
-            "rollouts proceed".into()
-        },
-        generation,
-    ));
-    conditions.push(condition(
-        "InvalidSpec",
-        "False",
-        "Valid",
-        "the spec passes validation".into(),
-        generation,
-    ));
-    if let Some((reason, message)) = replica_failure(refused, &active) {
-        conditions.push(condition(
-            "ReplicaFailure",
-            "True",
-            reason,
-            message,
-            generation,
-        ));
-    }
-    if let Some(message) = service_conflict {
-        conditions.push(condition(
-            "ServiceConflict",
-            "True",
-            "NotOwned",
-            message.to_string(),
-            generation,
-        ));
-    }
-    // Conditions of other writers (the canary) are kept.
-    let ours = [
-        "Ready",
-        "Progressing",
-        "Paused",
-        "InvalidSpec",
-        "ReplicaFailure",
-        "ServiceConflict",
-    ];
-    conditions.extend(
-        old.conditions
-            .iter()
-            .flatten()
-            .filter(|c| !ours.contains(&c.type_.as_str()))
-            .cloned(),
-    );
-    keep_transition_times(
-        &mut conditions,
-        old.conditions.as_deref().unwrap_or_default(),
-    );
-
-    let mut roles: BTreeMap<String, RoleStatus> = BTreeMap::new();
-    for roleset in rolesets {
-        let updated_revision = on(&roleset, &update_name);
-        for role in roleset
-            .status
-            .as_ref()
-            .and_then(|s| s.roles.clone())
-            .unwrap_or_default()
-        {
-            let entry = roles
-                .entry(role.name.clone())
-                .or_insert_with(|| RoleStatus {
-                    name: role.name.clone(),
-                    ..RoleStatus::default()
-                });
-            entry.replicas += role.replicas;
-            entry.ready_replicas += role.ready_replicas;
-            entry.not_ready_replicas += role.not_ready_replicas;
-            if updated_revision {
-                entry.updated_replicas += role.updated_replicas;
-                entry.updated_ready_replicas += role.updated_ready_replicas;
-            }
-        }
-    }
-    for role in roles.values() {
+    let (status, mut requeue_seconds) = stormservice_status(&ServiceStatusInput {
+        service,
+        update_revision: revisions.update.name_any(),
+        current_revision: revisions.current.name_any(),
+        collision_count: revisions.collision_count,
+        rolesets,
+        desired,
+        canary,
+        refused,
+        service_conflict,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    });
+    for role in status.role_statuses.iter().flatten() {
         ctx.metrics.role_replicas(
             &service.namespace().unwrap_or_default(),
             &service.name_any(),
@@ -1465,29 +1186,11 @@ async fn write_status(
             ],
         );
     }
-    let status = StormServiceStatus {
-        observed_generation: generation,
-        replicas,
-        ready_replicas: ready,
-        not_ready_replicas: replicas - ready,
-        current_replicas: count(&|r| on(r, &current_name)),
-        updated_replicas: updated,
-        updated_ready_replicas: updated_ready,
-        current_revision: Some(current_name),
-        update_revision: Some(update_name),
-        conditions: Some(conditions),
-        collision_count: Some(i32::try_from(revisions.collision_count).unwrap_or(i32::MAX)),
-        scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
-        role_statuses: Some(roles.into_values().collect()),
-        canary_status: canary
-            .and_then(|c| c.status.clone())
-            .or(old.canary_status.clone()),
-    };
     let wait = ctx
         .write_status(
             "stormservice",
-            fresh,
-            fresh.status.as_ref(),
+            service,
+            service.status.as_ref(),
             &status,
             STORMSERVICE_COUNTERS,
         )

@@ -7,8 +7,23 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use super::canary::CanaryDecision;
 use super::roleset::{PodView, RoleInput};
-use crate::api::{Condition, RoleSetStatus, RoleStatus};
+use crate::api::keys::{
+    CONDITION_INVALID_SPEC, CONDITION_PAUSED, CONDITION_PROGRESSING, CONDITION_READY,
+    CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT, LABEL_STORM_SERVICE_NAME,
+    LABEL_STORM_SERVICE_REVISION,
+};
+use crate::api::{
+    CanaryPhase, Condition, RoleSet, RoleSetStatus, RoleStatus, StormService, StormServiceStatus,
+};
+
+/// Seconds without progress before `Progressing` turns False, when absent.
+const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
 
 /// How long a status change confined to pod counters may wait to be written with the next
 /// ones: pods of one object turning Ready within it cost one write, not one each.
@@ -113,7 +128,7 @@ pub fn roleset_status(
         .collect();
     let ready = match &failure {
         None if not_ready.is_empty() => condition(
-            "Ready",
+            CONDITION_READY,
             "True",
             "RoleSetReady",
             "every role is updated (up to its partition) and ready".into(),
@@ -121,7 +136,7 @@ pub fn roleset_status(
             now,
         ),
         None => condition(
-            "Ready",
+            CONDITION_READY,
             "False",
             "RolesNotReady",
             format!("roles not ready: {}", not_ready.join(", ")),
@@ -129,7 +144,7 @@ pub fn roleset_status(
             now,
         ),
         Some((_, message)) => condition(
-            "Ready",
+            CONDITION_READY,
             "False",
             "ReplicaFailure",
             message.clone(),
@@ -140,7 +155,7 @@ pub fn roleset_status(
     let mut conditions = vec![ready];
     if let Some((reason, message)) = failure {
         conditions.push(condition(
-            "ReplicaFailure",
+            CONDITION_REPLICA_FAILURE,
             "True",
             reason,
             message,
@@ -159,6 +174,356 @@ pub fn roleset_status(
         roles: Some(inputs.iter().map(role_status).collect()),
         conditions: Some(conditions),
     }
+}
+
+/// What one StormService pass observed and decided, for its status.
+pub struct ServiceStatusInput<'a> {
+    /// The StormService as cached (its stored status is the previous one).
+    pub service: &'a StormService,
+    /// The revision RoleSets move to.
+    pub update_revision: String,
+    /// The revision RoleSets come from.
+    pub current_revision: String,
+    /// `status.collisionCount` after this pass.
+    pub collision_count: u32,
+    /// Its RoleSets.
+    pub rolesets: &'a [RoleSet],
+    /// `spec.replicas`.
+    pub desired: u32,
+    /// The canary's decision, when a canary runs.
+    pub canary: Option<&'a CanaryDecision>,
+    /// Why a RoleSet create was refused.
+    pub refused: Option<&'a str>,
+    /// Why the headless Service is not ours.
+    pub service_conflict: Option<&'a str>,
+    /// The time of the pass.
+    pub now: Timestamp,
+}
+
+/// The status of a StormService after a pass: RoleSet counts by revision, per-role pod
+/// counts, `currentRevision` promoted once the rollout is whole, the conditions (with their
+/// transition times carried over when unchanged) and the progress deadline, whose clock
+/// stops while paused. Also returns the seconds until the deadline would pass (when to look
+/// again).
+pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u64) {
+    let condition = |type_: &str, status: &str, reason: &str, message: String, generation| {
+        condition(type_, status, reason, message, generation, input.now)
+    };
+    let service = input.service;
+    let now = input.now;
+    let old = service.status.clone().unwrap_or_default();
+    let generation = service.metadata.generation;
+    let update_name = input.update_revision.clone();
+    let mut current_name = input.current_revision.clone();
+    let (rolesets, desired, canary) = (input.rolesets, input.desired, input.canary);
+    let active: Vec<&RoleSet> = rolesets
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect();
+    let on = |r: &&RoleSet, revision: &str| {
+        r.labels()
+            .get(LABEL_STORM_SERVICE_REVISION)
+            .map(String::as_str)
+            == Some(revision)
+    };
+    let count = |f: &dyn Fn(&&RoleSet) -> bool| active.iter().filter(|r| f(r)).count() as i32;
+    // "Current" is promoted once no RoleSet is left on anything but the update revision —
+    // during a canary, only when it completes.
+    let canary_phase = canary.and_then(|c| c.status.as_ref()).and_then(|c| c.phase);
+    let canary_running = canary.is_some() && canary_phase != Some(CanaryPhase::Completed);
+    // A rollout is over when no RoleSet is left elsewhere and the count is whole again (a
+    // replacement created after that still belongs to the rollout).
+    let rolled = count(&|r| !on(r, &update_name)) == 0 && active.len() as u32 >= desired;
+    if canary_phase == Some(CanaryPhase::Completed) || (!canary_running && rolled) {
+        current_name = update_name.clone();
+    }
+    let replicas = active.len() as i32;
+    let ready = count(&|r| fresh_ready(r));
+    let role_replicas: BTreeMap<String, i32> = service
+        .spec
+        .template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .map(|r| (r.name.clone(), r.replicas_or_default()))
+        .collect();
+    let updated = count(&|r| on(r, &update_name) && roles_updated(r, false, &role_replicas));
+    let updated_ready =
+        count(&|r| on(r, &update_name) && fresh_ready(r) && roles_updated(r, true, &role_replicas));
+    let desired = desired as i32;
+    let complete = ready >= desired
+        && updated == desired
+        && replicas == desired
+        && current_name == update_name;
+    let paused = service.spec.paused == Some(true);
+
+    let mut conditions = vec![if complete {
+        condition(
+            CONDITION_READY,
+            "True",
+            "RoleSetsReady",
+            format!("{ready} of {desired} RoleSets updated and Ready"),
+            generation,
+        )
+    } else {
+        condition(
+            CONDITION_READY,
+            "False",
+            "RoleSetsNotReady",
+            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
+            generation,
+        )
+    }];
+    // Progress: any count moved since the stored status (or the spec changed).
+    let moved = old.observed_generation != generation
+        || (
+            old.replicas,
+            old.ready_replicas,
+            old.updated_replicas,
+            old.updated_ready_replicas,
+        ) != (replicas, ready, updated, updated_ready);
+    let previous_progress = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == CONDITION_PROGRESSING)
+        .cloned();
+    // The deadline clock does not run while paused (globally or in a canary pause step): it
+    // restarts when waiting begins or ends, and is kept otherwise (so status stays put).
+    let waiting = !complete && (paused || canary_phase == Some(CanaryPhase::Paused));
+    let last_progress = match &previous_progress {
+        Some(c)
+            if !moved
+                && waiting == matches!(c.reason.as_deref(), Some("Paused" | "CanaryPaused")) =>
+        {
+            c.last_update_time.as_ref().map_or(now, |t| t.0)
+        }
+        _ => now,
+    };
+    let deadline = service
+        .spec
+        .progress_deadline_seconds
+        .map_or(DEFAULT_PROGRESS_DEADLINE, i64::from);
+    let stalled_for = now.as_second() - last_progress.as_second();
+    let mut requeue_seconds = 300;
+    let mut progressing = if complete {
+        condition(
+            CONDITION_PROGRESSING,
+            "True",
+            "RolloutComplete",
+            "every RoleSet is updated and Ready".into(),
+            generation,
+        )
+    } else if paused {
+        condition(
+            CONDITION_PROGRESSING,
+            "Unknown",
+            "Paused",
+            "the rollout is paused".into(),
+            generation,
+        )
+    } else if canary_phase == Some(CanaryPhase::Paused) {
+        // Waiting in a pause step is not a stall: no progress deadline runs.
+        condition(
+            CONDITION_PROGRESSING,
+            "Unknown",
+            "CanaryPaused",
+            "the canary waits in a pause step".into(),
+            generation,
+        )
+    } else if stalled_for >= deadline {
+        condition(
+            CONDITION_PROGRESSING,
+            "False",
+            "ProgressDeadlineExceeded",
+            format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
+            generation,
+        )
+    } else {
+        let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
+        requeue_seconds = left;
+        condition(
+            CONDITION_PROGRESSING,
+            "True",
+            "RollingOut",
+            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
+            generation,
+        )
+    };
+    progressing.last_update_time = Some(Time(last_progress));
+    conditions.push(progressing);
+    conditions.push(condition(
+        CONDITION_PAUSED,
+        if paused { "True" } else { "False" },
+        if paused { "Paused" } else { "Running" },
+        if paused {
+            "spec.paused is set: scaling continues, rollouts wait".into()
+        } else {
+            "rollouts proceed".into()
+        },
+        generation,
+    ));
+    conditions.push(condition(
+        CONDITION_INVALID_SPEC,
+        "False",
+        "Valid",
+        "the spec passes validation".into(),
+        generation,
+    ));
+    if let Some((reason, message)) = replica_failure(input.refused, &active) {
+        conditions.push(condition(
+            CONDITION_REPLICA_FAILURE,
+            "True",
+            reason,
+            message,
+            generation,
+        ));
+    }
+    if let Some(message) = input.service_conflict {
+        conditions.push(condition(
+            CONDITION_SERVICE_CONFLICT,
+            "True",
+            "NotOwned",
+            message.to_string(),
+            generation,
+        ));
+    }
+    // Conditions of other writers (the canary) are kept.
+    let ours = [
+        CONDITION_READY,
+        CONDITION_PROGRESSING,
+        CONDITION_PAUSED,
+        CONDITION_INVALID_SPEC,
+        CONDITION_REPLICA_FAILURE,
+        CONDITION_SERVICE_CONFLICT,
+    ];
+    conditions.extend(
+        old.conditions
+            .iter()
+            .flatten()
+            .filter(|c| !ours.contains(&c.type_.as_str()))
+            .cloned(),
+    );
+    keep_transition_times(
+        &mut conditions,
+        old.conditions.as_deref().unwrap_or_default(),
+    );
+
+    let mut roles: BTreeMap<String, RoleStatus> = BTreeMap::new();
+    for roleset in rolesets {
+        let updated_revision = on(&roleset, &update_name);
+        for role in roleset
+            .status
+            .as_ref()
+            .and_then(|s| s.roles.clone())
+            .unwrap_or_default()
+        {
+            let entry = roles
+                .entry(role.name.clone())
+                .or_insert_with(|| RoleStatus {
+                    name: role.name.clone(),
+                    ..RoleStatus::default()
+                });
+            entry.replicas += role.replicas;
+            entry.ready_replicas += role.ready_replicas;
+            entry.not_ready_replicas += role.not_ready_replicas;
+            if updated_revision {
+                entry.updated_replicas += role.updated_replicas;
+                entry.updated_ready_replicas += role.updated_ready_replicas;
+            }
+        }
+    }
+    let status = StormServiceStatus {
+        observed_generation: generation,
+        replicas,
+        ready_replicas: ready,
+        not_ready_replicas: replicas - ready,
+        current_replicas: count(&|r| on(r, &current_name)),
+        updated_replicas: updated,
+        updated_ready_replicas: updated_ready,
+        current_revision: Some(current_name),
+        update_revision: Some(update_name),
+        conditions: Some(conditions),
+        collision_count: Some(i32::try_from(input.collision_count).unwrap_or(i32::MAX)),
+        scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
+        role_statuses: Some(roles.into_values().collect()),
+        canary_status: canary
+            .and_then(|c| c.status.clone())
+            .or(old.canary_status.clone()),
+    };
+    (status, requeue_seconds)
+}
+
+/// Whether a RoleSet's status describes its current generation and says Ready.
+pub fn fresh_ready(roleset: &RoleSet) -> bool {
+    let Some(status) = roleset.status.as_ref() else {
+        return false;
+    };
+    status.observed_generation == roleset.metadata.generation
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == CONDITION_READY && c.status == "True")
+}
+
+/// Whether every role of a RoleSet has all its replicas updated (and Ready, with `ready`),
+/// per a status that describes the RoleSet's current generation. `desired` holds the live
+/// template's role replicas, which RoleSets on the update revision follow (a RoleSet not
+/// yet patched to them is not updated).
+fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>) -> bool {
+    let Some(status) = roleset.status.as_ref() else {
+        return false;
+    };
+    if status.observed_generation != roleset.metadata.generation {
+        return false;
+    }
+    roleset.spec.roles.iter().flatten().all(|role| {
+        status
+            .roles
+            .iter()
+            .flatten()
+            .find(|r| r.name == role.name)
+            .is_some_and(|r| {
+                let count = if ready {
+                    r.updated_ready_replicas
+                } else {
+                    r.updated_replicas
+                };
+                let want = desired
+                    .get(&role.name)
+                    .copied()
+                    .unwrap_or_else(|| role.replicas_or_default());
+                role.replicas_or_default() == want && count >= want
+            })
+    })
+}
+
+/// Why replicas are missing, if they are: a RoleSet create the API server refused
+/// (`FailedCreate`), or RoleSets that report their own `ReplicaFailure` (`RoleSetFailure`,
+/// naming them) — the StormService is where users look.
+fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(&'static str, String)> {
+    if let Some(message) = refused {
+        return Some(("FailedCreate", message.to_string()));
+    }
+    let failing: Vec<String> = active
+        .iter()
+        .filter_map(|r| {
+            let failure = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == CONDITION_REPLICA_FAILURE && c.status == "True")?;
+            Some(format!(
+                "RoleSet {}: {}",
+                r.name_any(),
+                failure.message.clone().unwrap_or_default()
+            ))
+        })
+        .collect();
+    (!failing.is_empty()).then(|| ("RoleSetFailure", failing.join("; ")))
 }
 
 #[cfg(test)]
@@ -282,6 +647,144 @@ mod tests {
             !only_counters_differ(&before, &next, ROLESET_COUNTERS),
             "a new generation"
         );
+    }
+
+    fn service(replicas: i32, paused: bool, status: Option<StormServiceStatus>) -> StormService {
+        let mut service: StormService = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "llm", "namespace": "ns", "generation": 2},
+            "spec": {
+                "replicas": replicas,
+                "paused": paused,
+                "selector": {},
+                "template": {"spec": {"roles": [{"name": "decode", "replicas": 1}]}},
+            },
+        }))
+        .unwrap();
+        service.status = status;
+        service
+    }
+
+    /// A RoleSet on `revision`, Ready (with its one pod updated and ready) or not.
+    fn roleset(name: &str, revision: &str, ready: bool) -> RoleSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "generation": 1,
+                "labels": {LABEL_STORM_SERVICE_REVISION: revision}},
+            "spec": {"roles": [{"name": "decode", "replicas": 1}]},
+            "status": {
+                "observedGeneration": 1,
+                "roles": [{"name": "decode", "replicas": 1, "readyReplicas": i32::from(ready),
+                    "notReadyReplicas": i32::from(!ready), "updatedReplicas": 1,
+                    "updatedReadyReplicas": i32::from(ready)}],
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+                    "lastTransitionTime": "2027-01-15T08:00:00Z", "reason": "r", "message": "m"}],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn derive(
+        service: &StormService,
+        rolesets: &[RoleSet],
+        current: &str,
+        now: Timestamp,
+    ) -> (StormServiceStatus, u64) {
+        stormservice_status(&ServiceStatusInput {
+            service,
+            update_revision: "new".into(),
+            current_revision: current.into(),
+            collision_count: 0,
+            rolesets,
+            desired: u32::try_from(service.spec.replicas.unwrap_or(1)).unwrap(),
+            canary: None,
+            refused: None,
+            service_conflict: None,
+            now,
+        })
+    }
+
+    fn find<'a>(status: &'a StormServiceStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .unwrap()
+    }
+
+    #[test]
+    fn current_revision_is_promoted_only_once_the_rollout_is_whole() {
+        let on_new = [roleset("a", "new", true)];
+        let (partial, _) = derive(&service(2, false, None), &on_new, "old", at(0));
+        assert_eq!(
+            partial.current_revision.as_deref(),
+            Some("old"),
+            "one of two RoleSets"
+        );
+        let whole = [roleset("a", "new", true), roleset("b", "new", true)];
+        let (done, _) = derive(&service(2, false, None), &whole, "old", at(0));
+        assert_eq!(done.current_revision.as_deref(), Some("new"));
+        assert_eq!(find(&done, "Ready").status, "True");
+        assert_eq!(
+            (
+                done.replicas,
+                done.ready_replicas,
+                done.updated_ready_replicas
+            ),
+            (2, 2, 2)
+        );
+    }
+
+    #[test]
+    fn the_progress_deadline_does_not_count_paused_time() {
+        let rolling = [roleset("a", "new", false), roleset("b", "old", true)];
+        let (paused, _) = derive(&service(2, true, None), &rolling, "old", at(0));
+        assert_eq!(
+            find(&paused, "Progressing").reason.as_deref(),
+            Some("Paused")
+        );
+        // Paused for longer than the 600 s deadline, then resumed: the clock starts again.
+        let (still, _) = derive(
+            &service(2, true, Some(paused.clone())),
+            &rolling,
+            "old",
+            at(1000),
+        );
+        assert_eq!(still, paused, "nothing changes while paused");
+        let (resumed, requeue) = derive(&service(2, false, Some(still)), &rolling, "old", at(1000));
+        let progressing = find(&resumed, "Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_deref()),
+            ("True", Some("RollingOut"))
+        );
+        assert_eq!(requeue, 600, "the whole deadline is left");
+        // Without progress, the deadline passes 600 s after resuming.
+        let (stalled, _) = derive(&service(2, false, Some(resumed)), &rolling, "old", at(1600));
+        assert_eq!(
+            find(&stalled, "Progressing").reason.as_deref(),
+            Some("ProgressDeadlineExceeded")
+        );
+    }
+
+    proptest! {
+        /// A pass that observes nothing new derives the status it wrote: no write, and the
+        /// conditions keep their transition times.
+        #[test]
+        fn a_stormservice_status_derived_again_is_unchanged(
+            rolesets in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..4),
+            replicas in 1i32..4,
+            paused in any::<bool>(),
+            later in 1i64..599,
+        ) {
+            let rolesets: Vec<RoleSet> = rolesets
+                .iter()
+                .enumerate()
+                .map(|(i, &(new, ready))| roleset(&format!("rs{i}"), if new { "new" } else { "old" }, ready))
+                .collect();
+            let (first, _) = derive(&service(replicas, paused, None), &rolesets, "old", at(0));
+            let current = first.current_revision.clone().unwrap();
+            let (again, _) = derive(&service(replicas, paused, Some(first.clone())), &rolesets, &current, at(later));
+            prop_assert_eq!(again, first);
+        }
     }
 
     proptest! {
