@@ -1145,11 +1145,9 @@ async fn write_conditions(
     Ok(())
 }
 
-/// Computes and writes status (AIBRIX-REFERENCE §2.2.8 with SPEC §5.1 conditions); returns
-/// when to look again (the progress deadline, if one is running).
-#[allow(clippy::too_many_arguments)]
-/// Derives the status (`planner::status::stormservice_status`), records the per-role
-/// metrics and writes it when it changed.
+/// Derives the status (`planner::status::stormservice_status`, AIBRIX-REFERENCE §2.2.8 with
+/// SPEC §5.1 conditions), records the per-role metrics and writes it when it changed;
+/// returns when to look again (the progress deadline, if one is running).
 #[allow(clippy::too_many_arguments)]
 async fn write_status(
     service: &StormService,
