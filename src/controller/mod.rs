@@ -333,10 +333,14 @@ impl Context {
             )
             .await;
         match written {
-            Ok(_) => {
+            Ok(written) => {
                 self.metrics
                     .api_write(controller, "patch", &format!("{}/status", K::plural(&())));
-                if let Some(old) = old {
+                // A write the API server found to change nothing (say, a field its schema
+                // prunes) keeps the version and sends no event: nothing to wait for then.
+                if let Some(old) = old
+                    && written.meta().resource_version.as_ref() != Some(&old)
+                {
                     self.overwritten
                         .lock()
                         .expect("overwritten lock")
