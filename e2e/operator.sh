@@ -29,11 +29,13 @@ RUN_AS=65532
 [[ $(id -u) == 0 ]] || RUN_AS=$(id -u)
 SA_DIR=$W/operator-sa
 
+# The PID file's process, if it is still a squall operator (whichever binary started it: a
+# `stop` without the `SQUALL_BIN` of its `start` stops it too).
 running_pid() {
   [[ -f $W/squall.pid ]] || return 1
   local pid
   pid=$(<"$W/squall.pid")
-  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F "$BIN run" >/dev/null || return 1
+  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -E "squall run( |$)" >/dev/null || return 1
   echo "$pid"
 }
 

@@ -721,7 +721,7 @@ async fn a_stalled_rollout_exceeds_its_progress_deadline_until_pods_are_ready() 
 #[tokio::test]
 #[ignore = "needs the local control plane and the shared operator (make test)"]
 async fn a_revision_name_taken_by_other_data_moves_to_the_next_collision_count() {
-    use squall::controller::revision::{revision_data, revision_hash, revision_name};
+    use squall::planner::revision::{revision_data, revision_hash, revision_name};
     install_crds();
     let client = client().await;
     let ns = TestNamespace::create(&client, "collide").await;

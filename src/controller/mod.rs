@@ -4,7 +4,6 @@
 
 pub mod cache;
 pub mod podset;
-pub mod render;
 pub mod revision;
 pub mod roleset;
 pub mod stormservice;
@@ -27,7 +26,7 @@ use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::{Condition, PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
-use crate::planner::status::{COALESCE, only_counters_differ};
+use crate::planner::status::{COALESCE, only_informational_differ};
 
 /// How long an unobserved create or delete is waited for before it is assumed lost.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
@@ -43,7 +42,7 @@ pub enum Error {
     Finalizer(#[source] Box<finalizer::Error<Error>>),
     /// A ControllerRevision could not be used.
     #[error(transparent)]
-    Revision(#[from] revision::RevisionError),
+    Revision(#[from] crate::planner::revision::RevisionError),
     /// Waiting for children to go away (retried soon).
     #[error("waiting: {0}")]
     Waiting(String),
@@ -271,8 +270,9 @@ impl Context {
 
     /// Writes `status` to `object` (one `/status` patch) unless it is already there,
     /// guarded by the `resourceVersion` it was decided from. A change confined to the pod
-    /// `counters` waits up to [`COALESCE`] for the next ones (so a burst of pods turning Ready
-    /// is one write): the returned delay says when to reconcile again to write it. A conflict
+    /// `counters` and condition prose waits up to [`COALESCE`] for the next ones (so a burst
+    /// of pods turning Ready is one write): the returned delay says when to reconcile again
+    /// to write it. A conflict
     /// means the cache is behind a newer write, whose watch event reconciles again; an
     /// object already deleted has no status to keep: neither is a failure.
     pub async fn write_status<K, S>(
@@ -296,7 +296,7 @@ impl Context {
             return Ok(None);
         }
         if let Some(stored) = stored
-            && only_counters_differ(stored, status, counters)
+            && only_informational_differ(stored, status, counters)
         {
             let mut due = self.status_due.lock().expect("due lock");
             let due = *due

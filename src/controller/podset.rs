@@ -13,8 +13,8 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use super::{Context, Error, delete_child, is_ready, owned_children};
 use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
 use crate::api::{PodSet, PodSetStatus};
-use crate::controller::render::gang_pod;
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
+use crate::planner::render::gang_pod;
 use crate::planner::status::PODSET_COUNTERS;
 
 /// Reconciles one PodSet.

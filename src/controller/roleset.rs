@@ -18,7 +18,6 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::revision::role_template;
 use super::{Context, Error, PendingCreate, delete_child, is_ready, owned_children, refusal};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
@@ -28,13 +27,14 @@ use crate::api::validation::validate_roleset;
 use crate::api::{
     PodSet, PodSetPhase, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
 };
-use crate::controller::render::{
-    has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
-};
 use crate::planner::budget::{Budget, resolve_fenceposts};
 use crate::planner::in_place::{
     complete_patch, eligibility, has_readiness_gate, pending_reason, start_patch,
 };
+use crate::planner::render::{
+    has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
+};
+use crate::planner::revision::role_template;
 use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 use crate::planner::status::{Failure, ROLESET_COUNTERS, roleset_status};
 

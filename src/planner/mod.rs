@@ -5,7 +5,10 @@ pub mod budget;
 pub mod canary;
 pub mod in_place;
 pub mod podset;
+pub mod render;
+pub mod revision;
 pub mod roleset;
+pub mod rollout;
 pub mod status;
 pub mod stormservice;
 

@@ -25,35 +25,57 @@ use crate::api::{
 /// Seconds without progress before `Progressing` turns False, when absent.
 const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
 
-/// How long a status change confined to pod counters may wait to be written with the next
-/// ones: pods of one object turning Ready within it cost one write, not one each.
-pub const COALESCE: Duration = Duration::from_secs(1);
+/// How long a status change people read but no decision waits on may wait to be written
+/// with the next ones: pods of one object starting and turning Ready within it cost one
+/// write, not one each. Everything a decision reads is written at once.
+pub const COALESCE: Duration = Duration::from_secs(3);
 
 /// The pod counters of a RoleSet's status (`roles`): they move with every pod.
 pub const ROLESET_COUNTERS: &[&str] = &["roles"];
-/// The pod counters of a StormService's status (`roleStatuses`, summed from its RoleSets').
-pub const STORMSERVICE_COUNTERS: &[&str] = &["roleStatuses"];
-/// The pod counters of a PodSet's status.
+/// The pod counters of a StormService's status: summed from its RoleSets' on every pass.
+pub const STORMSERVICE_COUNTERS: &[&str] = &[
+    "roleStatuses",
+    "replicas",
+    "readyReplicas",
+    "notReadyReplicas",
+    "currentReplicas",
+    "updatedReplicas",
+    "updatedReadyReplicas",
+];
+/// The pod counters of a PodSet's status (its `phase` is what the RoleSet decides on).
 pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
 
-/// Whether `desired` differs from `stored` only in the top-level `counters` fields. Such a
-/// change informs people and dashboards; no decision waits on it — every decision reads
-/// conditions, generations, revisions and canary state, which are written at once.
-pub fn only_counters_differ<S: serde::Serialize>(
+/// The parts of a condition that describe rather than decide: its prose (which names the
+/// roles or counts still waiting) and when it was last refreshed.
+const CONDITION_PROSE: &[&str] = &["message", "lastUpdateTime"];
+
+/// Whether `desired` differs from `stored` only in what people read: the top-level
+/// `counters` fields and the prose of conditions whose type, status, reason and generation
+/// are unchanged. Such a change informs people and dashboards; no decision waits on it —
+/// every decision reads condition states, generations, revisions, phases and canary state,
+/// which are written at once.
+pub fn only_informational_differ<S: serde::Serialize>(
     stored: &S,
     desired: &S,
     counters: &[&str],
 ) -> bool {
-    let without_counters = |status: &S| {
+    let decisive = |status: &S| {
         let mut value = serde_json::to_value(status).unwrap_or_default();
         if let Some(fields) = value.as_object_mut() {
             for counter in counters {
                 fields.remove(*counter);
             }
+            if let Some(conditions) = fields.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+                for condition in conditions.iter_mut().filter_map(|c| c.as_object_mut()) {
+                    for prose in CONDITION_PROSE {
+                        condition.remove(*prose);
+                    }
+                }
+            }
         }
         value
     };
-    without_counters(stored) == without_counters(desired)
+    decisive(stored) == decisive(desired)
 }
 
 /// A condition for `generation`, changed at `now`.
@@ -623,7 +645,11 @@ mod tests {
             at(1),
         );
         assert_ne!(before, counted);
-        assert!(only_counters_differ(&before, &counted, ROLESET_COUNTERS));
+        assert!(only_informational_differ(
+            &before,
+            &counted,
+            ROLESET_COUNTERS
+        ));
         let all_ready = vec![pod("new", true, false); 3];
         let ready = roleset_status(
             Some(1),
@@ -633,7 +659,7 @@ mod tests {
             at(1),
         );
         assert!(
-            !only_counters_differ(&before, &ready, ROLESET_COUNTERS),
+            !only_informational_differ(&before, &ready, ROLESET_COUNTERS),
             "Ready turned True"
         );
         let next = roleset_status(
@@ -644,8 +670,38 @@ mod tests {
             at(1),
         );
         assert!(
-            !only_counters_differ(&before, &next, ROLESET_COUNTERS),
+            !only_informational_differ(&before, &next, ROLESET_COUNTERS),
             "a new generation"
+        );
+    }
+
+    #[test]
+    fn a_role_turning_ready_before_the_others_changes_only_prose() {
+        let roles = |prefill_ready| {
+            vec![
+                role("prefill", 1, vec![pod("new", prefill_ready, false)]),
+                role("decode", 1, vec![pod("new", false, false)]),
+            ]
+        };
+        let before = roleset_status(Some(1), &roles(false), None, None, at(0));
+        let after = roleset_status(Some(1), &roles(true), None, Some(&before), at(1));
+        let message = |s: &RoleSetStatus| s.conditions.as_ref().unwrap()[0].message.clone();
+        assert_ne!(
+            message(&before),
+            message(&after),
+            "the message names the roles"
+        );
+        assert!(only_informational_differ(&before, &after, ROLESET_COUNTERS));
+        let failed = roleset_status(
+            Some(1),
+            &roles(true),
+            Some(("FailedCreate", "quota".into())),
+            Some(&before),
+            at(1),
+        );
+        assert!(
+            !only_informational_differ(&before, &failed, ROLESET_COUNTERS),
+            "a new reason and a new condition"
         );
     }
 
@@ -784,6 +840,39 @@ mod tests {
             let current = first.current_revision.clone().unwrap();
             let (again, _) = derive(&service(replicas, paused, Some(first.clone())), &rolesets, &current, at(later));
             prop_assert_eq!(again, first);
+        }
+    }
+
+    proptest! {
+        /// What may wait is never what a decision (or a waiting client) reads: a pass that
+        /// turns `Ready` or `Progressing`, or promotes `currentRevision`, writes at once.
+        #[test]
+        fn a_stormservice_change_that_decides_is_never_held_back(
+            before in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..4),
+            after in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..4),
+            replicas in 1i32..4,
+            later in 1i64..599,
+        ) {
+            let rolesets = |states: &[(bool, bool)]| -> Vec<RoleSet> {
+                states
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(new, ready))| roleset(&format!("rs{i}"), if new { "new" } else { "old" }, ready))
+                    .collect()
+            };
+            let (first, _) = derive(&service(replicas, false, None), &rolesets(&before), "old", at(0));
+            let current = first.current_revision.clone().unwrap();
+            let (next, _) = derive(&service(replicas, false, Some(first.clone())), &rolesets(&after), &current, at(later));
+            let state = |s: &StormServiceStatus, type_: &str| {
+                let c = find(s, type_);
+                (c.status.clone(), c.reason.clone())
+            };
+            if state(&first, "Ready") != state(&next, "Ready")
+                || state(&first, "Progressing") != state(&next, "Progressing")
+                || first.current_revision != next.current_revision
+            {
+                prop_assert!(!only_informational_differ(&first, &next, STORMSERVICE_COUNTERS));
+            }
         }
     }
 

@@ -1,0 +1,980 @@
+//! One StormService pass, decided (AIBRIX-REFERENCE §2.2 with SPEC §3, §5): from the
+//! StormService, its revisions and its RoleSets as cached, the canary step, the revision
+//! RoleSets move to and the RoleSets to create (rendered), delete, move in place or re-spec.
+//! The controller carries the pass out and writes the status; nothing here does I/O or
+//! reads the clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::budget::{Budget, Fenceposts, resolve_fenceposts};
+use super::canary::{CanaryDecision, CanaryInput, Step, step, target, weight_at};
+use super::render::{shorten_keep_prefix, template_hash};
+use super::revision::{RevisionError, revision_hash, template_of};
+use super::status::fresh_ready;
+use super::stormservice::{PendingRoleSet, RoleSetView, ServiceAction, ServiceInput, plan};
+use crate::api::keys::{
+    ANNOTATION_REVISION, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
+    ANNOTATION_ROLESET_INDEX, CONDITION_PAUSED, FINALIZER_ROLESET, LABEL_STORM_SERVICE_NAME,
+    LABEL_STORM_SERVICE_REVISION,
+};
+use crate::api::{
+    CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, RoleRollout, RoleSet, RoleSetSpec,
+    RoleSetTemplateSpec, StormService, StormServiceUpdateStrategyType,
+};
+
+/// Longest RoleSet `generateName` (the API server appends 5 characters).
+const GENERATE_NAME_LIMIT: usize = 58;
+
+/// What one StormService pass observed.
+pub struct PassInput<'a> {
+    /// The StormService as cached (its stored status is the previous pass's).
+    pub service: &'a StormService,
+    /// The revision RoleSets come from.
+    pub current: &'a ControllerRevision,
+    /// The revision of the live template.
+    pub update: &'a ControllerRevision,
+    /// `status.currentRevision` when no such revision exists any more.
+    pub stable_missing: Option<&'a str>,
+    /// Its RoleSets, as cached.
+    pub rolesets: &'a [RoleSet],
+    /// RoleSet creates issued and not yet observed.
+    pub pending_creates: Vec<PendingRoleSet>,
+    /// RoleSet deletes issued and not yet observed.
+    pub pending_deletes: BTreeSet<String>,
+    /// Unix seconds.
+    pub now: i64,
+}
+
+/// A RoleSet to create, rendered.
+pub struct RoleSetCreate {
+    /// Its `roleset-index` slot.
+    pub index: u32,
+    /// From the current (stable) revision rather than the target.
+    pub stable: bool,
+    /// The object to send.
+    pub roleset: RoleSet,
+}
+
+/// A RoleSet moved to the target revision in place (pooled mode): its spec and squall's
+/// labels and annotations are replaced; everything else on it (third-party metadata, the
+/// `roleset-index`) stays (a fix of AIBRIX-REFERENCE §8.1 item 10).
+pub struct InPlaceMove {
+    /// The RoleSet.
+    pub name: String,
+    /// The version the move was decided from (the patch is conditional on it).
+    pub resource_version: Option<String>,
+    /// Whether it has labels / annotations maps at all (a JSON patch adds into a map).
+    pub has_labels: bool,
+    /// See `has_labels`.
+    pub has_annotations: bool,
+    /// Its new spec.
+    pub spec: RoleSetSpec,
+    /// squall's labels for the target revision.
+    pub labels: BTreeMap<String, String>,
+    /// squall's annotations for the target revision.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The pass, decided.
+pub struct Pass {
+    /// `spec.replicas`.
+    pub desired: u32,
+    /// The canary's decision, when a canary runs.
+    pub canary: Option<CanaryPass>,
+    /// Which RoleSets to create, delete or move (and whether the pass scaled).
+    pub action: ServiceAction,
+    /// The creates of `action`, rendered.
+    pub creates: Vec<RoleSetCreate>,
+    /// The in-place moves of `action`.
+    pub moves: Vec<InPlaceMove>,
+    /// RoleSets on the target revision whose spec differs from the target's (role replicas
+    /// are not part of a revision — an autoscaler's edit — and a pooled canary's partitions):
+    /// their new spec.
+    pub respec: Vec<(String, RoleSetSpec)>,
+}
+
+/// Decides one StormService pass. Fails only on a revision whose data is not a template.
+pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
+    let service = input.service;
+    let rolesets = input.rolesets;
+    let (current_name, update_name) = (input.current.name_any(), input.update.name_any());
+    let desired = u32::try_from(service.spec.replicas_or_default()).unwrap_or(0);
+    let update_template = service.spec.template.clone();
+    let current_template = if current_name == update_name {
+        update_template.clone()
+    } else {
+        with_live_replicas(template_of(input.current)?, &update_template)
+    };
+    // The canary decides from the stored status as cached; the controller's status write is
+    // conditional on nobody having written since (SPEC §5.1).
+    let mut canary = evaluate_canary(input, desired, &update_template, &current_template);
+    if let Some(pass) = canary.as_mut() {
+        let progress = canary_progress(
+            pass,
+            rolesets,
+            desired,
+            &update_name,
+            &update_template,
+            &current_template,
+            service
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.as_ref()),
+        );
+        if let Some(status) = pass.decision.status.as_mut() {
+            status.roles = Some(progress);
+        }
+    }
+    let aborting = canary.as_ref().is_some_and(|c| c.decision.aborting);
+    let pooled = canary
+        .as_ref()
+        .is_some_and(|c| c.mode == CanaryMode::Pooled);
+    // What RoleSets move to: the update revision, or the stable one while a replica-mode
+    // canary is aborted.
+    let stable_roles = || {
+        role_revisions(
+            &current_template,
+            &current_template,
+            input.current,
+            input.current,
+            false,
+        )
+    };
+    let (target_name, target_revision, mut target_template, target_roles) = if aborting && !pooled {
+        (
+            current_name.clone(),
+            input.current,
+            current_template.clone(),
+            stable_roles(),
+        )
+    } else {
+        let roles = role_revisions(
+            &update_template,
+            &current_template,
+            input.update,
+            input.current,
+            true,
+        );
+        (
+            update_name.clone(),
+            input.update,
+            update_template.clone(),
+            roles,
+        )
+    };
+    if let Some(c) = canary.as_ref().filter(|_| pooled) {
+        target_template.spec = Some(pooled_spec(
+            &update_template,
+            &current_template,
+            c.decision.weight,
+            aborting,
+            &current_name,
+        ));
+    }
+    let strategy = if pooled {
+        StormServiceUpdateStrategyType::InPlaceUpdate
+    } else {
+        service.spec.update_strategy_type()
+    };
+    let action = plan(&ServiceInput {
+        desired,
+        budgets: budgets(service, desired),
+        strategy,
+        paused: service.spec.paused == Some(true),
+        two_revisions: current_name != update_name,
+        rolesets: rolesets.iter().map(|r| view(r, &target_name)).collect(),
+        pending_creates: input.pending_creates.clone(),
+        pending_deletes: input.pending_deletes.clone(),
+        max_updated: canary
+            .as_ref()
+            .filter(|c| !pooled && !c.decision.aborting)
+            .map(|c| target(desired, c.decision.weight)),
+        in_place_unavailable: in_place_unavailable(service, desired),
+    });
+
+    let creates = action
+        .create
+        .iter()
+        .map(|create| {
+            let roleset = if create.updated {
+                render_roleset(
+                    service,
+                    &target_template,
+                    target_revision,
+                    &target_roles,
+                    create.index,
+                )
+            } else {
+                render_roleset(
+                    service,
+                    &current_template,
+                    input.current,
+                    &stable_roles(),
+                    create.index,
+                )
+            };
+            RoleSetCreate {
+                index: create.index,
+                stable: !create.updated,
+                roleset,
+            }
+        })
+        .collect();
+    let spec = target_template.spec.clone().unwrap_or_default();
+    let moves = action
+        .update_in_place
+        .iter()
+        .filter_map(|name| rolesets.iter().find(|r| &r.name_any() == name))
+        .map(|roleset| {
+            let (labels, annotations) = revision_metadata(service, target_revision, &target_roles);
+            InPlaceMove {
+                name: roleset.name_any(),
+                resource_version: roleset.resource_version(),
+                has_labels: roleset.metadata.labels.is_some(),
+                has_annotations: roleset.metadata.annotations.is_some(),
+                spec: spec.clone(),
+                labels,
+                annotations,
+            }
+        })
+        .collect();
+    let respec = match &target_template.spec {
+        Some(spec) => rolesets
+            .iter()
+            .filter(|r| {
+                r.metadata.deletion_timestamp.is_none()
+                    && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&target_name)
+                    && !action.update_in_place.contains(&r.name_any())
+                    && &r.spec != spec
+            })
+            .map(|r| (r.name_any(), spec.clone()))
+            .collect(),
+        None => Vec::new(),
+    };
+    Ok(Pass {
+        desired,
+        canary,
+        action,
+        creates,
+        moves,
+        respec,
+    })
+}
+
+/// The canary part of a pass: its decision and mode.
+pub struct CanaryPass {
+    /// The step machine's decision.
+    pub decision: CanaryDecision,
+    /// Replica or pooled.
+    pub mode: CanaryMode,
+}
+
+/// The steps as the controller runs them: a final `setWeight: 100` is implied (SPEC §3).
+fn canary_steps(service: &StormService) -> Option<Vec<Step>> {
+    let mut steps: Vec<Step> = service
+        .spec
+        .canary_steps()?
+        .iter()
+        .map(|s| match (&s.set_weight, &s.pause) {
+            (Some(w), _) => Step::Weight(u32::try_from(*w).unwrap_or(0).min(100)),
+            (None, Some(pause)) => Step::Pause(pause.duration_seconds().unwrap_or(Some(0))),
+            (None, None) => Step::Pause(Some(0)),
+        })
+        .collect();
+    if steps.last() != Some(&Step::Weight(100)) {
+        steps.push(Step::Weight(100));
+    }
+    Some(steps)
+}
+
+/// Runs the canary step machine for this pass, when a canary is configured or stored.
+fn evaluate_canary(
+    input: &PassInput,
+    desired: u32,
+    update_template: &RoleSetTemplateSpec,
+    current_template: &RoleSetTemplateSpec,
+) -> Option<CanaryPass> {
+    let (service, rolesets) = (input.service, input.rolesets);
+    let steps = canary_steps(service)?;
+    let stored = service.status.as_ref();
+    let previous = stored.and_then(|s| s.canary_status.as_ref());
+    // A stable revision someone deleted is still the canary's stable side (a full promote
+    // then completes the canary instead of finding nothing to roll).
+    let stable = input
+        .stable_missing
+        .map_or_else(|| input.current.name_any(), str::to_string);
+    let canary = input.update.name_any();
+    if stable == canary && previous.is_none() {
+        return None;
+    }
+    let hash = revision_hash(&json!(service.spec.canary_steps()), 0);
+    let same = previous.filter(|p| {
+        p.canary_revision.as_deref() == Some(canary.as_str())
+            && p.steps_hash.as_deref() == Some(hash.as_str())
+            && !matches!(p.phase, Some(CanaryPhase::Aborted | CanaryPhase::Completed))
+    });
+    let evaluated = same.map_or(0, |p| usize::try_from(p.current_step).unwrap_or(0));
+    let weight = weight_at(&steps, evaluated);
+    let mode = previous
+        .filter(|p| p.canary_revision.as_deref() == Some(canary.as_str()))
+        .and_then(|p| p.mode)
+        .unwrap_or(if desired > 1 {
+            CanaryMode::Replica
+        } else {
+            CanaryMode::Pooled
+        });
+    let on_canary = |r: &&RoleSet| {
+        r.metadata.deletion_timestamp.is_none()
+            && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&canary)
+    };
+    let target_ready = match mode {
+        CanaryMode::Replica => {
+            let want = target(desired, weight) as usize;
+            let active = rolesets
+                .iter()
+                .filter(|r| r.metadata.deletion_timestamp.is_none())
+                .count();
+            let ready_canary = rolesets
+                .iter()
+                .filter(on_canary)
+                .filter(|r| fresh_ready(r))
+                .count();
+            let on = rolesets.iter().filter(on_canary).count();
+            active == desired as usize && on == want && ready_canary >= want
+        }
+        CanaryMode::Pooled => {
+            let spec = pooled_spec(update_template, current_template, weight, false, &stable);
+            let mine: Vec<&RoleSet> = rolesets.iter().filter(on_canary).collect();
+            !mine.is_empty() && mine.iter().all(|r| r.spec == spec && fresh_ready(r))
+        }
+    };
+    let paused_since = stored
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == CONDITION_PAUSED && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second());
+    let decision = step(&CanaryInput {
+        steps: &steps,
+        steps_hash: &hash,
+        stable_revision: &stable,
+        canary_revision: &canary,
+        replicas: desired,
+        paused: service.spec.paused == Some(true),
+        paused_since,
+        now: input.now,
+        previous,
+        target_ready,
+    });
+    Some(CanaryPass { decision, mode })
+}
+
+/// The pooled RoleSet's spec at `weight`: the canary template, with each role whose pod
+/// template changed keeping `replicas - ceil(replicas × weight / 100)` pods stable (all of
+/// them while aborted) through its `rollout` block (SPEC §5.2).
+fn pooled_spec(
+    update: &RoleSetTemplateSpec,
+    current: &RoleSetTemplateSpec,
+    weight: u32,
+    aborting: bool,
+    stable_revision: &str,
+) -> crate::api::RoleSetSpec {
+    let mut spec = update.spec.clone().unwrap_or_default();
+    for role in spec.roles.iter_mut().flatten() {
+        let Some(stable) = role_hash(current, &role.name) else {
+            continue; // a new role has nothing stable to keep
+        };
+        if stable == template_hash(&role.template.clone().unwrap_or_default()) {
+            continue;
+        }
+        let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+        let partition = if aborting {
+            replicas
+        } else {
+            replicas - target(replicas, weight).min(replicas)
+        };
+        role.rollout = Some(RoleRollout {
+            partition: Some(i32::try_from(partition).unwrap_or(i32::MAX)),
+            stable_revision: Some(stable_revision.to_string()),
+        });
+    }
+    spec
+}
+
+/// `canaryStatus.roles` (SPEC §3.1): per role, what the step moves and how far it got —
+/// RoleSets on the canary revision in replica mode (every role moves with its RoleSet),
+/// canary pods of each changed role in pooled mode. Read from the RoleSets observed at the
+/// start of the pass, like the rest of the status; a pooled RoleSet whose status predates
+/// its spec (its counts are of the previous template or partition) keeps the counts
+/// `previous` reported.
+fn canary_progress(
+    pass: &CanaryPass,
+    rolesets: &[RoleSet],
+    desired: u32,
+    canary_revision: &str,
+    update: &RoleSetTemplateSpec,
+    current: &RoleSetTemplateSpec,
+    previous: Option<&CanaryStatus>,
+) -> Vec<CanaryRoleStatus> {
+    let weight = if pass.decision.aborting {
+        0
+    } else {
+        pass.decision.weight
+    };
+    let on_canary: Vec<&RoleSet> = rolesets
+        .iter()
+        .filter(|r| {
+            r.metadata.deletion_timestamp.is_none()
+                && r.labels()
+                    .get(LABEL_STORM_SERVICE_REVISION)
+                    .map(String::as_str)
+                    == Some(canary_revision)
+        })
+        .collect();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let roles = update.spec.iter().flat_map(|s| s.roles.iter().flatten());
+    let promoted = update == current;
+    match pass.mode {
+        CanaryMode::Replica => roles
+            .map(|role| CanaryRoleStatus {
+                name: role.name.clone(),
+                target: count(target(desired, weight) as usize),
+                updated: count(on_canary.len()),
+                updated_ready: count(on_canary.iter().filter(|r| fresh_ready(r)).count()),
+            })
+            .collect(),
+        CanaryMode::Pooled => roles
+            .filter(|role| {
+                // Once the canary revision is promoted nothing differs from the current
+                // template: the roles this canary moved stay reported.
+                let moved_before = || {
+                    previous
+                        .filter(|p| p.canary_revision.as_deref() == Some(canary_revision))
+                        .is_some_and(|p| p.roles.iter().flatten().any(|r| r.name == role.name))
+                };
+                role_hash(current, &role.name)
+                    != Some(template_hash(&role.template.clone().unwrap_or_default()))
+                    || (promoted && moved_before())
+            })
+            .map(|role| {
+                let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+                let stale = on_canary.iter().any(|r| {
+                    r.status.as_ref().and_then(|s| s.observed_generation) != r.metadata.generation
+                });
+                let reported = previous
+                    .filter(|p| p.canary_revision.as_deref() == Some(canary_revision))
+                    .and_then(|p| p.roles.iter().flatten().find(|r| r.name == role.name));
+                let (updated, updated_ready) = match reported {
+                    Some(r) if stale => (r.updated, r.updated_ready),
+                    _ if stale => (0, 0),
+                    _ => on_canary
+                        .iter()
+                        .flat_map(|r| r.status.iter().flat_map(|s| s.roles.iter().flatten()))
+                        .filter(|s| s.name == role.name)
+                        .fold((0, 0), |(u, r), s| {
+                            (u + s.updated_replicas, r + s.updated_ready_replicas)
+                        }),
+                };
+                CanaryRoleStatus {
+                    name: role.name.clone(),
+                    target: count(target(replicas, weight).min(replicas) as usize),
+                    updated,
+                    updated_ready,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.
+fn budgets(service: &StormService, desired: u32) -> Fenceposts {
+    if service.spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate {
+        return Fenceposts::default();
+    }
+    resolved_budgets(service, desired)
+}
+
+/// `maxSurge` / `maxUnavailable` resolved against `desired` (AIBrix's fence-post rule).
+fn resolved_budgets(service: &StormService, desired: u32) -> Fenceposts {
+    let strategy = service.spec.update_strategy.as_ref();
+    let parse = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
+        v.and_then(|v| Budget::parse(v).ok())
+    };
+    resolve_fenceposts(
+        parse(strategy.and_then(|s| s.max_surge.as_ref())),
+        parse(strategy.and_then(|s| s.max_unavailable.as_ref())),
+        desired,
+    )
+}
+
+/// How many RoleSets `InPlaceUpdate` may have not Ready at once: the resolved
+/// `maxUnavailable` (AIBrix's fence-post rule), whatever the update type.
+fn in_place_unavailable(service: &StormService, desired: u32) -> u32 {
+    resolved_budgets(service, desired).max_unavailable.max(1)
+}
+
+fn view(roleset: &RoleSet, update_revision: &str) -> RoleSetView {
+    RoleSetView {
+        name: roleset.name_any(),
+        updated: roleset
+            .labels()
+            .get(LABEL_STORM_SERVICE_REVISION)
+            .map(String::as_str)
+            == Some(update_revision),
+        index: roleset
+            .annotations()
+            .get(ANNOTATION_ROLESET_INDEX)
+            .and_then(|i| i.parse().ok()),
+        ready: fresh_ready(roleset),
+        terminating: roleset.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// A revision's template with the role replicas of the live template (revisions do not hold
+/// them).
+fn with_live_replicas(
+    mut template: RoleSetTemplateSpec,
+    live: &RoleSetTemplateSpec,
+) -> RoleSetTemplateSpec {
+    let live_roles = live.spec.as_ref().and_then(|s| s.roles.as_ref());
+    for role in template
+        .spec
+        .iter_mut()
+        .flat_map(|s| s.roles.iter_mut())
+        .flatten()
+    {
+        role.replicas = live_roles
+            .and_then(|roles| roles.iter().find(|r| r.name == role.name))
+            .and_then(|r| r.replicas);
+    }
+    template
+}
+
+/// The pod-template hash of `role` in a StormService template.
+fn role_hash(template: &RoleSetTemplateSpec, role: &str) -> Option<String> {
+    template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .find(|r| r.name == role)
+        .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
+}
+
+/// Per-role revisions (AIBRIX-REFERENCE §2.2.7): on the update revision, a role whose pod
+/// template is unchanged since the current revision keeps the current revision.
+fn role_revisions<'a>(
+    template: &RoleSetTemplateSpec,
+    current: &RoleSetTemplateSpec,
+    revision: &'a ControllerRevision,
+    current_revision: &'a ControllerRevision,
+    updated: bool,
+) -> BTreeMap<String, &'a ControllerRevision> {
+    template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .map(|role| {
+            let hash = template_hash(&role.template.clone().unwrap_or_default());
+            let unchanged = role_hash(current, &role.name) == Some(hash);
+            let revision = if updated && !unchanged {
+                revision
+            } else {
+                current_revision
+            };
+            (role.name.clone(), revision)
+        })
+        .collect()
+}
+
+/// Labels and annotations squall sets on a RoleSet for `revision`.
+fn revision_metadata(
+    service: &StormService,
+    revision: &ControllerRevision,
+    roles: &BTreeMap<String, &ControllerRevision>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let labels = BTreeMap::from([
+        (LABEL_STORM_SERVICE_NAME.to_string(), service.name_any()),
+        (
+            LABEL_STORM_SERVICE_REVISION.to_string(),
+            revision.name_any(),
+        ),
+    ]);
+    let mut annotations = BTreeMap::from([(ANNOTATION_REVISION.to_string(), revision.name_any())]);
+    for (role, role_revision) in roles {
+        annotations.insert(
+            format!("{ANNOTATION_ROLE_REVISION_PREFIX}{role}"),
+            role_revision.revision.to_string(),
+        );
+        annotations.insert(
+            format!("{ANNOTATION_ROLE_REVISION_NAME_PREFIX}{role}"),
+            role_revision.name_any(),
+        );
+    }
+    (labels, annotations)
+}
+
+/// A new RoleSet (AIBRIX-REFERENCE §2.2.6) for slot `index`.
+fn render_roleset(
+    service: &StormService,
+    template: &RoleSetTemplateSpec,
+    revision: &ControllerRevision,
+    roles: &BTreeMap<String, &ControllerRevision>,
+    index: u32,
+) -> RoleSet {
+    let metadata = template.metadata.clone().unwrap_or_default();
+    let (own_labels, own_annotations) = revision_metadata(service, revision, roles);
+    let mut labels = metadata.labels.unwrap_or_default();
+    labels.extend(own_labels);
+    let mut annotations = metadata.annotations.unwrap_or_default();
+    annotations.extend(own_annotations);
+    annotations.insert(ANNOTATION_ROLESET_INDEX.into(), index.to_string());
+    RoleSet {
+        metadata: ObjectMeta {
+            generate_name: Some(shorten_keep_prefix(
+                &format!("{}-roleset-", service.name_any()),
+                GENERATE_NAME_LIMIT,
+            )),
+            namespace: service.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
+            // Born with its finalizer: one write less than the RoleSet controller adding it.
+            finalizers: Some(vec![FINALIZER_ROLESET.into()]),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec.clone().unwrap_or_default(),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(image: &str, replicas: i32) -> RoleSetTemplateSpec {
+        serde_json::from_value(json!({"spec": {"roles": [
+            {"name": "decode", "replicas": replicas,
+             "template": {"spec": {"containers": [{"name": "c", "image": image}]}}},
+            {"name": "router", "replicas": 1,
+             "template": {"spec": {"containers": [{"name": "c", "image": "router:1"}]}}},
+        ]}}))
+        .unwrap()
+    }
+
+    /// The pooled RoleSet on `revision` at `generation`, its status computed at `observed`
+    /// with `updated` / `ready` decode pods on its template.
+    fn pooled(revision: &str, generation: i64, observed: i64, updated: i32, ready: i32) -> RoleSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "pool-0", "generation": generation,
+                "labels": {LABEL_STORM_SERVICE_REVISION: revision}},
+            "spec": {"roles": []},
+            "status": {"observedGeneration": observed, "roles": [{"name": "decode",
+                "replicas": 4, "updatedReplicas": updated, "updatedReadyReplicas": ready}]},
+        }))
+        .unwrap()
+    }
+
+    fn pass(mode: CanaryMode, weight: u32) -> CanaryPass {
+        CanaryPass {
+            decision: CanaryDecision {
+                weight,
+                ..CanaryDecision::default()
+            },
+            mode,
+        }
+    }
+
+    fn stormservice(replicas: i32, image: &str, canary: bool) -> StormService {
+        let mut strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0});
+        if canary {
+            strategy["canary"] = json!({"steps": [{"setWeight": 50}, {"pause": {}}]});
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "llm", "namespace": "ns", "uid": "u-1", "generation": 1},
+            "spec": {"replicas": replicas, "selector": {}, "updateStrategy": strategy,
+                "template": template(image, 4)},
+        }))
+        .unwrap()
+    }
+
+    fn revision(name: &str, template: &RoleSetTemplateSpec) -> ControllerRevision {
+        ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+                super::super::revision::revision_data(template),
+            )),
+            revision: 1,
+        }
+    }
+
+    /// A live RoleSet in slot `index` on `revision`, Ready or not.
+    fn live(index: u32, revision: &str, ready: bool) -> RoleSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("llm-roleset-{index}"), "generation": 1,
+                "resourceVersion": "7",
+                "labels": {LABEL_STORM_SERVICE_REVISION: revision},
+                "annotations": {ANNOTATION_ROLESET_INDEX: index.to_string()}},
+            "spec": template("engine:1", 4).spec.unwrap(),
+            "status": {"observedGeneration": 1, "conditions": [{"type": "Ready",
+                "status": if ready { "True" } else { "False" }}]},
+        }))
+        .unwrap()
+    }
+
+    fn pass_for(service: &StormService, current: &str, rolesets: &[RoleSet]) -> Pass {
+        let old = revision("llm-old", &template("engine:1", 4));
+        let new = revision("llm-new", &service.spec.template);
+        decide(&PassInput {
+            service,
+            current: if current == "llm-old" { &old } else { &new },
+            update: &new,
+            stable_missing: None,
+            rolesets,
+            pending_creates: Vec::new(),
+            pending_deletes: BTreeSet::new(),
+            now: 1_000,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_stormservice_gets_its_rolesets_rendered_born_with_their_finalizer() {
+        let service = stormservice(2, "engine:1", false);
+        let pass = pass_for(&service, "llm-new", &[]);
+        assert!(pass.canary.is_none());
+        let mut indexes: Vec<u32> = pass.creates.iter().map(|c| c.index).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, [0, 1]);
+        for create in &pass.creates {
+            let meta = &create.roleset.metadata;
+            assert!(!create.stable);
+            assert_eq!(
+                meta.finalizers.as_deref(),
+                Some(&[FINALIZER_ROLESET.to_string()][..])
+            );
+            assert_eq!(meta.generate_name.as_deref(), Some("llm-roleset-"));
+            assert_eq!(meta.owner_references.as_ref().unwrap()[0].uid, "u-1");
+            let labels = meta.labels.as_ref().unwrap();
+            assert_eq!(labels[LABEL_STORM_SERVICE_REVISION], "llm-new");
+            assert_eq!(labels[LABEL_STORM_SERVICE_NAME], "llm");
+            assert_eq!(
+                meta.annotations.as_ref().unwrap()[ANNOTATION_ROLESET_INDEX],
+                create.index.to_string()
+            );
+        }
+        assert!(pass.moves.is_empty() && pass.respec.is_empty());
+    }
+
+    #[test]
+    fn a_canary_at_50_percent_moves_half_the_rolesets_within_the_surge() {
+        let service = stormservice(4, "engine:2", true);
+        let stable: Vec<RoleSet> = (0..4).map(|i| live(i, "llm-old", true)).collect();
+        let pass = pass_for(&service, "llm-old", &stable);
+        let canary = pass.canary.as_ref().expect("a canary runs");
+        assert_eq!(
+            (canary.mode, canary.decision.weight),
+            (CanaryMode::Replica, 50)
+        );
+        // maxSurge 1, maxUnavailable 0: one new RoleSet on the canary revision first.
+        assert_eq!(pass.creates.len(), 1);
+        assert!(!pass.creates[0].stable);
+        assert_eq!(
+            pass.creates[0].roleset.labels()[LABEL_STORM_SERVICE_REVISION],
+            "llm-new"
+        );
+        assert!(
+            pass.action.delete.is_empty(),
+            "nothing is Ready on the canary yet"
+        );
+    }
+
+    #[test]
+    fn a_pooled_canary_re_specs_its_rolesets_partition_in_place() {
+        let service = stormservice(1, "engine:2", true);
+        let pooled = live(0, "llm-new", true);
+        let pass = pass_for(&service, "llm-old", std::slice::from_ref(&pooled));
+        let canary = pass.canary.as_ref().expect("a canary runs");
+        assert_eq!(canary.mode, CanaryMode::Pooled);
+        assert_eq!(pass.respec.len(), 1);
+        let (name, spec) = &pass.respec[0];
+        assert_eq!(name, "llm-roleset-0");
+        let decode = spec
+            .roles
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|r| r.name == "decode")
+            .unwrap();
+        let rollout = decode.rollout.as_ref().unwrap();
+        assert_eq!(rollout.partition, Some(2), "4 - ceil(4 × 50 %) stay stable");
+        assert_eq!(rollout.stable_revision.as_deref(), Some("llm-old"));
+        let router = spec
+            .roles
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|r| r.name == "router")
+            .unwrap();
+        assert!(
+            router.rollout.is_none(),
+            "an unchanged role keeps nothing back"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever RoleSets are observed, a pass renders only what its plan asked for, a
+        /// new RoleSet never in a slot another of its revision holds (it may join an outdated
+        /// one's, SPEC §5.1), every one owned and born with its finalizer; moves and re-specs
+        /// name only live RoleSets.
+        #[test]
+        fn every_create_is_rendered_into_a_slot_its_revision_leaves_free(
+            observed in proptest::collection::vec((0u32..8, proptest::bool::ANY, proptest::bool::ANY), 0..6),
+            replicas in 0i32..6,
+            image_changed in proptest::bool::ANY,
+            canary in proptest::bool::ANY,
+        ) {
+            let image = if image_changed { "engine:2" } else { "engine:1" };
+            let service = stormservice(replicas, image, canary);
+            let mut rolesets: Vec<RoleSet> = Vec::new();
+            for (index, on_new, ready) in observed {
+                if rolesets.iter().all(|r| r.annotations()[ANNOTATION_ROLESET_INDEX] != index.to_string()) {
+                    rolesets.push(live(index, if on_new { "llm-new" } else { "llm-old" }, ready));
+                }
+            }
+            let pass = pass_for(&service, "llm-old", &rolesets);
+            proptest::prop_assert_eq!(pass.creates.len(), pass.action.create.len());
+            let held_on = |revision: &str| -> BTreeSet<String> {
+                rolesets
+                    .iter()
+                    .filter(|r| r.labels()[LABEL_STORM_SERVICE_REVISION] == revision)
+                    .map(|r| r.annotations()[ANNOTATION_ROLESET_INDEX].clone())
+                    .collect()
+            };
+            let mut fresh = BTreeSet::new();
+            for create in &pass.creates {
+                let revision = &create.roleset.labels()[LABEL_STORM_SERVICE_REVISION];
+                proptest::prop_assert!(!held_on(revision).contains(&create.index.to_string()));
+                proptest::prop_assert!(fresh.insert(create.index), "one create per slot");
+                proptest::prop_assert_eq!(
+                    create.roleset.metadata.finalizers.as_deref(),
+                    Some(&[FINALIZER_ROLESET.to_string()][..])
+                );
+                proptest::prop_assert!(create.roleset.metadata.owner_references.is_some());
+            }
+            let names: BTreeSet<String> = rolesets.iter().map(ResourceExt::name_any).collect();
+            for name in pass.moves.iter().map(|m| &m.name).chain(pass.respec.iter().map(|r| &r.0)) {
+                proptest::prop_assert!(names.contains(name));
+            }
+        }
+    }
+
+    #[test]
+    fn pooled_progress_counts_the_changed_roles_pods_and_keeps_counts_over_a_stale_status() {
+        let (update, current) = (template("engine:2", 4), template("engine:1", 4));
+        let progress = |roleset: RoleSet, previous: Option<&CanaryStatus>| {
+            canary_progress(
+                &pass(CanaryMode::Pooled, 50),
+                &[roleset],
+                1,
+                "canary",
+                &update,
+                &current,
+                previous,
+            )
+        };
+        let fresh = progress(pooled("canary", 3, 3, 2, 1), None);
+        assert_eq!(
+            fresh,
+            [CanaryRoleStatus {
+                name: "decode".into(),
+                target: 2,
+                updated: 2,
+                updated_ready: 1
+            }],
+            "only the changed role, its target ceil(4 × 50 %)"
+        );
+        // The RoleSet's status still describes its previous spec (all 4 pods "updated" to
+        // the old template): the counts reported before stand.
+        let before = CanaryStatus {
+            canary_revision: Some("canary".into()),
+            roles: Some(fresh.clone()),
+            ..CanaryStatus::default()
+        };
+        let stale = progress(pooled("canary", 4, 3, 4, 4), Some(&before));
+        assert_eq!((stale[0].updated, stale[0].updated_ready), (2, 1));
+        let unknown = progress(pooled("canary", 4, 3, 4, 4), None);
+        assert_eq!((unknown[0].updated, unknown[0].updated_ready), (0, 0));
+
+        // Completed and promoted (the current template is the canary's): the role it moved
+        // is still reported, now at 100 %.
+        let done = canary_progress(
+            &pass(CanaryMode::Pooled, 100),
+            &[pooled("canary", 5, 5, 4, 4)],
+            1,
+            "canary",
+            &update,
+            &update,
+            Some(&before),
+        );
+        assert_eq!(
+            done,
+            [CanaryRoleStatus {
+                name: "decode".into(),
+                target: 4,
+                updated: 4,
+                updated_ready: 4
+            }]
+        );
+    }
+
+    #[test]
+    fn replica_progress_counts_live_rolesets_on_the_canary_revision() {
+        let ready = |name: &str, revision: &str| -> RoleSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "generation": 1,
+                    "labels": {LABEL_STORM_SERVICE_REVISION: revision}},
+                "spec": {"roles": []},
+                "status": {"observedGeneration": 1,
+                    "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap()
+        };
+        let mut terminating = ready("c", "canary");
+        terminating.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let mut not_ready = ready("d", "canary");
+        not_ready.status.as_mut().unwrap().conditions = None;
+        let rolesets = [
+            ready("a", "canary"),
+            ready("b", "stable"),
+            terminating,
+            not_ready,
+        ];
+        let template = template("engine:2", 1);
+        let progress = canary_progress(
+            &pass(CanaryMode::Replica, 25),
+            &rolesets,
+            4,
+            "canary",
+            &template,
+            &template,
+            None,
+        );
+        assert_eq!(progress.len(), 2, "every role moves with its RoleSet");
+        for role in progress {
+            assert_eq!((role.target, role.updated, role.updated_ready), (1, 2, 1));
+        }
+    }
+}
