@@ -5,7 +5,8 @@
 //!    pods as the scale phase will (16 in flight).
 //! 2. Scale: `BENCH_SERVICES` (default 200) StormServices of 2 roles × 2 pods, replicas 2
 //!    (8 pods each: 1,600 pods). Time until all are Ready (the kwok stages alone take
-//!    1.7–3.2 s per pod), API writes per StormService (`squall_api_writes_total`), squall's
+//!    1.7–3.2 s per pod), API write requests per StormService (`squall_api_requests_total`:
+//!    finalizer patches and refused writes included) and what they were, squall's
 //!    reads (LIST + GET sent while reconciling), peak RSS and CPU seconds; then an image
 //!    change on all of them, measured again. The caches' bytes per pod come from squall's
 //!    `squall_cache_bytes` / `squall_cache_objects`.
@@ -23,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use e2e::operator::{Operator, counter_sum};
+use e2e::operator::{Operator, counter_sum, write_requests};
 use e2e::roles::{set_role_image, stormservice};
 use e2e::{TestNamespace, client, install_crds};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -65,6 +66,30 @@ fn usage(pid: u32) -> (f64, f64) {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0);
     (ticks / hz, hwm_kib / 1024.0)
+}
+
+/// The write requests sent between two samples, per StormService, largest first:
+/// `8.0 create pods, 2.1 patch rolesets/status, …`.
+fn breakdown(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    services: usize,
+) -> String {
+    let mut sent: Vec<(f64, &String)> = after
+        .iter()
+        .map(|(kind, n)| {
+            (
+                (n - before.get(kind).copied().unwrap_or_default()) / services as f64,
+                kind,
+            )
+        })
+        .filter(|(n, _)| *n >= 0.05)
+        .collect();
+    sent.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    sent.iter()
+        .map(|(n, kind)| format!("{n:.1} {kind}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -321,7 +346,8 @@ async fn main() {
     let pid = operator.pid();
     let ns = TestNamespace::create(&client, "bench-scale").await;
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
-    let writes = || counter_sum(operator.admin_addr, "squall_api_writes_total", &[]);
+    let writes_by = || write_requests(operator.admin_addr, &["stormservice", "roleset", "podset"]);
+    let writes = || writes_by().values().sum::<f64>();
     // Reads the controllers send (the caches' own list-then-watch is not a reconcile's).
     let reads = || {
         ["stormservice", "roleset", "podset"]
@@ -350,7 +376,7 @@ async fn main() {
 
     println!("scale: {services} StormServices, {pods} pods ...");
     let (cpu0, _) = usage(pid);
-    let writes0 = writes();
+    let (writes0, by0) = (writes(), writes_by());
     let reads0 = reads();
     let started = Instant::now();
     stream::iter(0..services)
@@ -367,7 +393,7 @@ async fn main() {
     all_settled(&api, services, 1, 2).await;
     let create_ready = started.elapsed();
     let (cpu1, rss1) = usage(pid);
-    let writes1 = writes();
+    let (writes1, by1) = (writes(), writes_by());
     let reads1 = reads();
     let gauge = |name| counter_sum(operator.admin_addr, name, &["resource=\"pods\""]);
     let bytes_per_pod = gauge("squall_cache_bytes") / gauge("squall_cache_objects").max(1.0);
@@ -386,7 +412,7 @@ async fn main() {
 
     println!("roll: image change on all of them ...");
     let (cpu_roll0, _) = usage(pid);
-    let writes_roll0 = writes();
+    let (writes_roll0, by_roll0) = (writes(), writes_by());
     let started = Instant::now();
     stream::iter(0..services)
         .for_each_concurrent(IN_FLIGHT, |i| {
@@ -399,7 +425,7 @@ async fn main() {
     all_settled(&api, services, 2, 2).await;
     let roll_ready = started.elapsed();
     let (cpu2, rss2) = usage(pid);
-    let writes2 = writes();
+    let (writes2, by2) = (writes(), writes_by());
     let reads2 = reads();
 
     delete_namespace(ns.name());
@@ -434,8 +460,12 @@ async fn main() {
         create_ready.as_secs_f64() / raw_ready.as_secs_f64()
     ));
     table.push_str(&format!(
-        "| create: API writes per StormService | {:.1} |\n",
+        "| create: API write requests per StormService | {:.1} |\n",
         (writes1 - writes0) / services as f64
+    ));
+    table.push_str(&format!(
+        "| create: what they were, per StormService | {} |\n",
+        breakdown(&by0, &by1, services)
     ));
     table.push_str(&format!(
         "| create: LIST + GET requests from the controllers | {:.0} |\n",
@@ -457,8 +487,12 @@ async fn main() {
         roll_ready.as_secs_f64()
     ));
     table.push_str(&format!(
-        "| roll: API writes per StormService | {:.1} |\n",
+        "| roll: API write requests per StormService | {:.1} |\n",
         (writes2 - writes_roll0) / services as f64
+    ));
+    table.push_str(&format!(
+        "| roll: what they were, per StormService | {} |\n",
+        breakdown(&by_roll0, &by2, services)
     ));
     table.push_str(&format!(
         "| roll: LIST + GET requests from the controllers | {:.0} |\n",

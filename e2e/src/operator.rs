@@ -52,6 +52,49 @@ pub fn counter_sum(admin: SocketAddr, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
+/// The write requests (create, update, patch, delete) the controllers named in
+/// `controllers` have sent, by `verb resource` — from `squall_api_requests_total`, which the
+/// client layer counts, so finalizer patches and writes the API server refused are included.
+pub fn write_requests(
+    admin: SocketAddr,
+    controllers: &[&str],
+) -> std::collections::BTreeMap<String, f64> {
+    let (status, body) = http_get(admin, "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "/metrics: {body}");
+    let label = |line: &str, key: &str| -> Option<String> {
+        let start = line.find(&format!("{key}=\""))? + key.len() + 2;
+        let end = start + line[start..].find('"')?;
+        Some(line[start..end].to_string())
+    };
+    let mut writes = std::collections::BTreeMap::new();
+    for line in body
+        .lines()
+        .filter(|l| l.starts_with("squall_api_requests_total{"))
+    {
+        let (Some(controller), Some(verb), Some(resource)) = (
+            label(line, "controller"),
+            label(line, "verb"),
+            label(line, "resource"),
+        ) else {
+            continue;
+        };
+        let write = matches!(
+            verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        );
+        if !write || !controllers.contains(&controller.as_str()) {
+            continue;
+        }
+        if let Some(value) = line
+            .rsplit_once(' ')
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+        {
+            *writes.entry(format!("{verb} {resource}")).or_insert(0.0) += value;
+        }
+    }
+    writes
+}
+
 /// A running `squall run --local`.
 pub struct Operator {
     child: Child,

@@ -1,24 +1,23 @@
-//! API writes the RoleSet controller makes to create and to roll a three-role RoleSet, read
-//! from `squall_api_writes_total` of the shared operator. The test is alone in its binary and
+//! API writes the RoleSet controller makes to create, roll and delete a three-role RoleSet, read
+//! from `squall_api_requests_total` of the shared operator. The test is alone in its binary and
 //! starts counting once no namespace of earlier tests is still terminating (their RoleSets'
 //! ordered deletion writes too), so only this RoleSet's writes are counted.
 
 use std::time::Duration;
 
-use e2e::operator::{counter_sum, shared_operator_admin};
+use e2e::operator::{shared_operator_admin, write_requests};
 use e2e::roles::{assert_pod_budgets, replay};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use squall::api::RoleSet;
 
+/// Write requests the RoleSet controller sent (its finalizer patches included).
 fn writes() -> f64 {
-    counter_sum(
-        shared_operator_admin(),
-        "squall_api_writes_total",
-        &[r#"controller="roleset""#],
-    )
+    write_requests(shared_operator_admin(), &["roleset"])
+        .values()
+        .sum()
 }
 
 fn ready_at(rs: Option<&RoleSet>, generation: i64) -> bool {
@@ -33,7 +32,7 @@ fn ready_at(rs: Option<&RoleSet>, generation: i64) -> bool {
 
 #[tokio::test]
 #[ignore = "needs the local control plane and the shared operator (make test)"]
-async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
+async fn writes_for_creating_rolling_and_deleting_a_three_role_roleset_are_bounded() {
     install_crds();
     let client = client().await;
     let ns = TestNamespace::create(&client, "writes").await;
@@ -103,22 +102,53 @@ async fn writes_for_creating_and_rolling_a_three_role_roleset_are_bounded() {
     });
     println!("roleset writes: create {create_writes}, roll {roll_writes} (3 roles x 2 pods)");
 
-    // 6 pod creates plus status patches, at most one per observed pod transition.
+    // 6 pod creates, the finalizer (a RoleSet a user creates comes without it) and status
+    // patches: pods turning Ready together cost one, counts in between wait up to 5 s.
     assert!(
         create_writes >= 6.0,
         "at least the 6 pod creates: {create_writes}"
     );
     assert!(
-        create_writes <= 6.0 + 14.0,
+        create_writes <= 6.0 + 1.0 + 4.0,
         "create took {create_writes} writes"
     );
-    // 6 deletes + 6 creates plus status patches.
+    // 6 deletes + 6 creates plus status patches (Ready turning False and True again, counts
+    // at most every 5 s between).
     assert!(
         roll_writes >= 12.0,
         "at least 6 deletes and 6 creates: {roll_writes}"
     );
     assert!(
-        roll_writes <= 12.0 + 30.0,
+        roll_writes <= 12.0 + 10.0,
         "rollout took {roll_writes} writes"
+    );
+
+    // Ordered deletion: each pod is deleted once, however many of the pods' termination
+    // events reconcile the RoleSet before the cache shows them going away; then the
+    // finalizer goes.
+    let pod_deletes = || {
+        write_requests(shared_operator_admin(), &["roleset"])
+            .get("delete pods")
+            .copied()
+            .unwrap_or_default()
+    };
+    let (before_delete, pod_deletes_before) = (writes(), pod_deletes());
+    api.delete("rs", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        &api,
+        "rs",
+        "the RoleSet gone",
+        Duration::from_secs(120),
+        |rs| rs.is_none(),
+    )
+    .await
+    .unwrap();
+    let deleted = pod_deletes() - pod_deletes_before;
+    let delete_writes = writes() - before_delete;
+    println!("roleset writes: delete {delete_writes}");
+    assert_eq!(deleted, 6.0, "each of the 6 pods deleted once");
+    assert!(
+        delete_writes <= 6.0 + 1.0,
+        "6 pod deletes and the finalizer's removal, not {delete_writes} writes"
     );
 }

@@ -19,7 +19,8 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::{finalizer, watcher};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use self::cache::{Cache, controlled_by_kind};
@@ -269,10 +270,11 @@ impl Context {
     }
 
     /// Writes `status` to `object` (one `/status` patch) unless it is already there,
-    /// guarded by the `resourceVersion` it was decided from. A change confined to the pod
-    /// `counters` and condition prose waits up to [`COALESCE`] for the next ones (so a burst
+    /// guarded by the `resourceVersion` it was decided from. Unless `counters` is `None`
+    /// (nothing held back), a change confined to those pod counters and condition prose waits up to [`COALESCE`] for the next ones (so a burst
     /// of pods turning Ready is one write): the returned delay says when to reconcile again
-    /// to write it. A conflict
+    /// to write it. With no status stored yet, the change is measured from `unwritten`, what
+    /// an absent status means to readers (when the kind has such a meaning). A conflict
     /// means the cache is behind a newer write, whose watch event reconciles again; an
     /// object already deleted has no status to keep: neither is a failure.
     pub async fn write_status<K, S>(
@@ -280,8 +282,9 @@ impl Context {
         controller: &str,
         object: &K,
         stored: Option<&S>,
+        unwritten: Option<&S>,
         status: &S,
-        counters: &[&str],
+        counters: Option<&[&str]>,
     ) -> Result<Option<Duration>, Error>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -295,8 +298,9 @@ impl Context {
             self.status_due.lock().expect("due lock").remove(&key);
             return Ok(None);
         }
-        if let Some(stored) = stored
-            && only_informational_differ(stored, status, counters)
+        if let Some(counters) = counters
+            && let Some(baseline) = stored.or(unwritten)
+            && only_informational_differ(baseline, status, counters)
         {
             let mut due = self.status_due.lock().expect("due lock");
             let due = *due
@@ -613,6 +617,36 @@ where
     Action::requeue(delay)
 }
 
+/// One reconcile of a kind whose deletion squall orders (StormService, RoleSet, PodSet):
+/// `apply` while the object lives, `cleanup` once it is being deleted — its finalizer stays
+/// until `cleanup` succeeds, and the object is never acted on without it.
+pub async fn finalized<K, A, C>(
+    object: Arc<K>,
+    ctx: Arc<Context>,
+    finalizer_name: &str,
+    apply: impl FnOnce(Arc<K>, Arc<Context>) -> A,
+    cleanup: impl FnOnce(Arc<K>, Arc<Context>) -> C,
+) -> Result<Action, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    A: std::future::Future<Output = Result<Action, Error>>,
+    C: std::future::Future<Output = Result<Action, Error>>,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
+    finalizer(&api, finalizer_name, object, |event| async move {
+        match event {
+            finalizer::Event::Apply(object) => apply(object, ctx).await,
+            finalizer::Event::Cleanup(object) => cleanup(object, ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
 /// The children `cache` holds of `owner` (controlled by its UID, so a namesake that was
 /// deleted and recreated does not inherit them).
 pub fn owned_children<K, O>(cache: &Cache<K>, owner: &O) -> Vec<Arc<K>>
@@ -682,6 +716,44 @@ where
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A step of ordered deletion: deletes each of `owner`'s `children` not yet going away, once
+/// — a delete issued and not yet seen by the cache is not sent again (until
+/// [`EXPECTATION_TIMEOUT`]), however many events reconcile the owner meanwhile.
+pub async fn delete_remaining<K>(
+    ctx: &Context,
+    owner: &impl kube::Resource,
+    children: &[Arc<K>],
+    controller: &str,
+    resource: &str,
+) -> Result<(), Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let key = Context::key(owner);
+    let role = format!("cleanup/{resource}");
+    let pending = ctx.observe(
+        &key,
+        &role,
+        children
+            .iter()
+            .map(|c| (c.name_any(), c.meta().deletion_timestamp.is_some())),
+    );
+    let api: Api<K> = Api::namespaced(
+        ctx.client.clone(),
+        owner.meta().namespace.as_deref().unwrap_or_default(),
+    );
+    for child in children.iter().filter(|c| {
+        c.meta().deletion_timestamp.is_none() && !pending.deletes.contains(&c.name_any())
+    }) {
+        ctx.expect_delete(&key, &role, &child.name_any());
+        delete_child(&api, &child.name_any(), ctx, controller, resource).await?;
+    }
+    Ok(())
 }
 
 /// Runs the StormService, RoleSet and PodSet controllers until `shutdown` resolves: over every

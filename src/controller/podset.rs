@@ -8,9 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 
-use super::{Context, Error, delete_child, is_ready, owned_children};
+use super::{Context, Error, delete_child, delete_remaining, finalized, is_ready, owned_children};
 use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
 use crate::api::{PodSet, PodSetStatus};
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
@@ -19,16 +18,14 @@ use crate::planner::status::PODSET_COUNTERS;
 
 /// Reconciles one PodSet.
 pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let api: Api<PodSet> =
-        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER_PODSET, podset, |event| async {
-        match event {
-            Finalizer::Apply(ps) => apply(&ps, &ctx).await,
-            Finalizer::Cleanup(ps) => cleanup(&ps, &ctx).await,
-        }
-    })
+    finalized(
+        podset,
+        ctx,
+        FINALIZER_PODSET,
+        |object, ctx| async move { apply(&object, &ctx).await },
+        |object, ctx| async move { cleanup(&object, &ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<Pod>> {
@@ -38,16 +35,10 @@ fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<Pod>> {
 async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     let pods = owned_pods(podset, ctx);
     if pods.is_empty() {
+        ctx.forget(podset);
         return Ok(Action::await_change());
     }
-    let api: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
-    for pod in pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        delete_child(&api, &pod.name_any(), ctx, "podset", "pods").await?;
-    }
+    delete_remaining(ctx, podset, &pods, "podset", "pods").await?;
     Err(Error::Waiting(format!(
         "{} pods still terminating",
         pods.len()
@@ -115,8 +106,9 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
             "podset",
             podset,
             podset.status.as_ref(),
+            None,
             &status,
-            PODSET_COUNTERS,
+            Some(PODSET_COUNTERS),
         )
         .await?;
     Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))

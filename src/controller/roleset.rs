@@ -14,11 +14,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Error, PendingCreate, delete_child, is_ready, owned_children, refusal};
+use super::{
+    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, is_ready,
+    owned_children, refusal,
+};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
@@ -36,20 +38,18 @@ use crate::planner::render::{
 };
 use crate::planner::revision::role_template;
 use crate::planner::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
-use crate::planner::status::{Failure, ROLESET_COUNTERS, roleset_status};
+use crate::planner::status::{Failure, ROLESET_COUNTERS, roleset_status, roleset_status_unwritten};
 
 /// Reconciles one RoleSet.
 pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = roleset.namespace().unwrap_or_default();
-    let api: Api<RoleSet> = Api::namespaced(ctx.client.clone(), &ns);
-    finalizer(&api, FINALIZER_ROLESET, roleset, |event| async {
-        match event {
-            Finalizer::Apply(rs) => apply(&rs, &ctx).await,
-            Finalizer::Cleanup(rs) => cleanup(&rs, &ctx).await,
-        }
-    })
+    finalized(
+        roleset,
+        ctx,
+        FINALIZER_ROLESET,
+        |object, ctx| async move { apply(&object, &ctx).await },
+        |object, ctx| async move { cleanup(&object, &ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// The RoleSet's own pods.
@@ -62,18 +62,11 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
-/// Ordered deletion: every pod first; the finalizer goes once none is left.
+/// Ordered deletion: every PodSet and pod first; the finalizer goes once none is left.
 async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let podsets = owned_podsets(roleset, ctx);
     if !podsets.is_empty() {
-        let api: Api<PodSet> =
-            Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
-        for podset in podsets
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-        {
-            delete_child(&api, &podset.name_any(), ctx, "roleset", "podsets").await?;
-        }
+        delete_remaining(ctx, roleset, &podsets, "roleset", "podsets").await?;
         return Err(Error::Waiting(format!(
             "{} PodSets still terminating",
             podsets.len()
@@ -84,14 +77,7 @@ async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         ctx.forget(roleset);
         return Ok(Action::await_change());
     }
-    let api: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
-    for pod in pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        delete_pod(&api, &pod.name_any(), ctx).await?;
-    }
+    delete_remaining(ctx, roleset, &pods, "roleset", "pods").await?;
     // Pod deletions are watched; the requeue is a backstop.
     Err(Error::Waiting(format!(
         "{} pods still terminating",
@@ -453,8 +439,16 @@ async fn write_status(
         stored,
         k8s_openapi::jiff::Timestamp::now(),
     );
-    ctx.write_status("roleset", roleset, stored, &status, ROLESET_COUNTERS)
-        .await
+    let unwritten = roleset_status_unwritten(roleset.metadata.generation, inputs);
+    ctx.write_status(
+        "roleset",
+        roleset,
+        stored,
+        Some(&unwritten),
+        &status,
+        Some(ROLESET_COUNTERS),
+    )
+    .await
 }
 
 /// Children to delete because their role left the spec.

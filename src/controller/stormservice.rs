@@ -12,12 +12,14 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::revision::write_revision;
-use super::{Context, Error, PendingCreate, condition, delete_child, owned_children};
+use super::{
+    Context, Error, PendingCreate, condition, delete_child, delete_remaining, finalized,
+    owned_children,
+};
 use crate::api::keys::{
     CONDITION_INVALID_SPEC, CONDITION_PROGRESSING, CONDITION_READY, FINALIZER_STORMSERVICE,
     LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
@@ -39,16 +41,14 @@ const DEFAULT_HISTORY_LIMIT: usize = 10;
 
 /// Reconciles one StormService.
 pub async fn reconcile(service: Arc<StormService>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = service.namespace().unwrap_or_default();
-    let api: Api<StormService> = Api::namespaced(ctx.client.clone(), &ns);
-    finalizer(&api, FINALIZER_STORMSERVICE, service, |event| async {
-        match event {
-            Finalizer::Apply(ss) => apply(&ss, &ctx).await,
-            Finalizer::Cleanup(ss) => cleanup(&ss, &ctx).await,
-        }
-    })
+    finalized(
+        service,
+        ctx,
+        FINALIZER_STORMSERVICE,
+        |object, ctx| async move { apply(&object, &ctx).await },
+        |object, ctx| async move { cleanup(&object, &ctx).await },
+    )
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 fn rolesets_api(service: &StormService, ctx: &Context) -> Api<RoleSet> {
@@ -66,13 +66,7 @@ async fn cleanup(service: &StormService, ctx: &Context) -> Result<Action, Error>
         );
         return Ok(Action::await_change());
     }
-    let api = rolesets_api(service, ctx);
-    for roleset in rolesets
-        .iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-    {
-        delete_child(&api, &roleset.name_any(), ctx, "stormservice", "rolesets").await?;
-    }
+    delete_remaining(ctx, service, &rolesets, "stormservice", "rolesets").await?;
     Err(Error::Waiting(format!(
         "{} RoleSets still terminating",
         rolesets.len()
@@ -597,13 +591,15 @@ async fn write_conditions(
         conditions: Some(conditions),
         ..old
     };
-    // Conditions are never held back: no counters.
+    // These conditions answer a user (an invalid spec, a revision they deleted): never held
+    // back.
     ctx.write_status(
         "stormservice",
         service,
         service.status.as_ref(),
+        None,
         &status,
-        &[],
+        None,
     )
     .await?;
     Ok(())
@@ -653,8 +649,9 @@ async fn write_status(
             "stormservice",
             service,
             service.status.as_ref(),
+            None,
             &status,
-            STORMSERVICE_COUNTERS,
+            Some(STORMSERVICE_COUNTERS),
         )
         .await?;
     if let Some(seconds) = canary.and_then(|c| c.requeue_after) {

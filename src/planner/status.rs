@@ -26,9 +26,10 @@ use crate::api::{
 const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
 
 /// How long a status change people read but no decision waits on may wait to be written
-/// with the next ones: pods of one object starting and turning Ready within it cost one
-/// write, not one each. Everything a decision reads is written at once.
-pub const COALESCE: Duration = Duration::from_secs(3);
+/// with the next ones: pods of one object starting and turning Ready within it (kubelets
+/// report them over a few seconds, more under load) cost one write, not one each.
+/// Everything a decision reads is written at once.
+pub const COALESCE: Duration = Duration::from_secs(5);
 
 /// The pod counters of a RoleSet's status (`roles`): they move with every pod.
 pub const ROLESET_COUNTERS: &[&str] = &["roles"];
@@ -46,8 +47,9 @@ pub const STORMSERVICE_COUNTERS: &[&str] = &[
 pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
 
 /// The parts of a condition that describe rather than decide: its prose (which names the
-/// roles or counts still waiting) and when it was last refreshed.
-const CONDITION_PROSE: &[&str] = &["message", "lastUpdateTime"];
+/// roles or counts still waiting) and its times (a transition time moves only with the
+/// condition's status, which is compared).
+const CONDITION_PROSE: &[&str] = &["message", "lastUpdateTime", "lastTransitionTime"];
 
 /// Whether `desired` differs from `stored` only in what people read: the top-level
 /// `counters` fields and the prose of conditions whose type, status, reason and generation
@@ -133,6 +135,34 @@ pub fn role_status(input: &RoleInput) -> RoleStatus {
 
 /// Why a RoleSet's pass could not do all it should (reason, message).
 pub type Failure = (&'static str, String);
+
+/// What a RoleSet without a status means to every reader (the StormService controller, a
+/// `kubectl wait`): nothing Ready yet. A first status that says no more than that may wait
+/// like a count — a RoleSet whose pods turn Ready within [`COALESCE`] of its creation gets
+/// one status write, not two.
+pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -> RoleSetStatus {
+    let names: Vec<&str> = inputs.iter().map(|input| input.name.as_str()).collect();
+    RoleSetStatus {
+        observed_generation: generation,
+        roles: Some(
+            inputs
+                .iter()
+                .map(|input| RoleStatus {
+                    name: input.name.clone(),
+                    ..RoleStatus::default()
+                })
+                .collect(),
+        ),
+        conditions: Some(vec![condition(
+            CONDITION_READY,
+            "False",
+            "RolesNotReady",
+            format!("roles not ready: {}", names.join(", ")),
+            generation,
+            Timestamp::UNIX_EPOCH,
+        )]),
+    }
+}
 
 /// The status of a RoleSet at `generation`: per-role counts, `Ready` (and `ReplicaFailure`
 /// when `failure`), with transition times carried over from `stored` when unchanged.
@@ -672,6 +702,49 @@ mod tests {
         assert!(
             !only_informational_differ(&before, &next, ROLESET_COUNTERS),
             "a new generation"
+        );
+    }
+
+    #[test]
+    fn a_first_roleset_status_waits_only_while_it_says_nothing_is_ready() {
+        let inputs = |ready| {
+            vec![
+                role("prefill", 1, vec![pod("new", ready, false)]),
+                role("decode", 1, vec![pod("new", ready, false)]),
+            ]
+        };
+        let unwritten = roleset_status_unwritten(Some(1), &inputs(false));
+        let starting = roleset_status(Some(1), &inputs(false), None, None, at(5));
+        assert!(only_informational_differ(
+            &unwritten,
+            &starting,
+            ROLESET_COUNTERS
+        ));
+        let ready = roleset_status(Some(1), &inputs(true), None, None, at(5));
+        assert!(
+            !only_informational_differ(&unwritten, &ready, ROLESET_COUNTERS),
+            "Ready is written at once"
+        );
+        let failed = roleset_status(
+            Some(1),
+            &inputs(false),
+            Some(("FailedCreate", "quota".into())),
+            None,
+            at(5),
+        );
+        assert!(
+            !only_informational_differ(&unwritten, &failed, ROLESET_COUNTERS),
+            "a failure is written at once"
+        );
+        let empty = [role("decode", 0, Vec::new())];
+        let nothing_to_wait_for = roleset_status(Some(1), &empty, None, None, at(5));
+        assert!(
+            !only_informational_differ(
+                &roleset_status_unwritten(Some(1), &empty),
+                &nothing_to_wait_for,
+                ROLESET_COUNTERS
+            ),
+            "a RoleSet with no pods to wait for is Ready at once"
         );
     }
 
