@@ -127,7 +127,7 @@ start_apiserver() {
     --service-cluster-ip-range=10.96.0.0/16 \
     --authorization-mode=Node,RBAC --allow-privileged=true \
     --max-requests-inflight=1000 --max-mutating-requests-inflight=500 \
-    --profiling=false --v=1
+    --profiling=${SQUALL_APISERVER_PROFILING:-false} --v=1
   wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
 }
 

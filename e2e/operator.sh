@@ -137,8 +137,9 @@ print(*(x.getsockname()[1] for x in s))')
   echo $! >"$W/squall.pid"
   local deadline=$((SECONDS + 60))
   until curl -fsS "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)) || ! running_pid >/dev/null; then
-      echo "operator: not ready after 60s; last log lines:" >&2
+    # kill -0, not running_pid: until the subshell has exec'd, its command line is bash's.
+    if ((SECONDS >= deadline)) || ! kill -0 "$(<"$W/squall.pid")" 2>/dev/null; then
+      echo "operator: exited, or not ready within 60s; last log lines:" >&2
       tail -n 30 "$W/logs/squall.log" >&2
       exit 1
     fi

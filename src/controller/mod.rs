@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::watcher;
@@ -27,10 +27,16 @@ use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::{Condition, PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
-use crate::planner::status::{COALESCE, only_informational_differ};
+use crate::planner::status::{coalesce_window, only_informational_differ};
 
 /// How long an unobserved create or delete is waited for before it is assumed lost.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Reconciles one controller runs at once. Each sends its writes one after another, so this
+/// bounds squall's requests in flight (and the API-server connections and buffers they
+/// hold) when a whole fleet changes at once; the API server, not squall, is what a deeper
+/// queue would wait on.
+const RECONCILES_IN_FLIGHT: u16 = 16;
 
 /// Reconcile errors.
 #[derive(Debug, thiserror::Error)]
@@ -235,8 +241,8 @@ pub struct Context {
     /// By UID: the `resourceVersion` our last status write replaced, until the cache shows a
     /// newer one (deciding from the older would undo what was just written).
     overwritten: Mutex<HashMap<String, String>>,
-    /// By UID: when a status write held back (only pod counters changed) is due.
-    status_due: Mutex<HashMap<String, Instant>>,
+    /// By UID: since when a status write has been held back (only pod counters changed).
+    status_held_since: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -251,7 +257,7 @@ impl Context {
             logged_generations: Mutex::default(),
             failures: Mutex::default(),
             overwritten: Mutex::default(),
-            status_due: Mutex::default(),
+            status_held_since: Mutex::default(),
         }
     }
 
@@ -271,8 +277,10 @@ impl Context {
 
     /// Writes `status` to `object` (one `/status` patch) unless it is already there,
     /// guarded by the `resourceVersion` it was decided from. Unless `counters` is `None`
-    /// (nothing held back), a change confined to those pod counters and condition prose waits up to [`COALESCE`] for the next ones (so a burst
-    /// of pods turning Ready is one write): the returned delay says when to reconcile again
+    /// (nothing held back), a change confined to those pod counters and condition prose waits
+    /// for the next ones, [`coalesce_window`] long (so a burst of pods turning Ready is one
+    /// write, and a fleet moving at once spends a bounded rate on counts): the returned
+    /// delay says when to reconcile again
     /// to write it. With no status stored yet, the change is measured from `unwritten`, what
     /// an absent status means to readers (when the kind has such a meaning). A conflict
     /// means the cache is behind a newer write, whose watch event reconciles again; an
@@ -295,17 +303,22 @@ impl Context {
     {
         let key = Self::key(object);
         if stored == Some(status) {
-            self.status_due.lock().expect("due lock").remove(&key);
+            self.status_held_since
+                .lock()
+                .expect("due lock")
+                .remove(&key);
             return Ok(None);
         }
         if let Some(counters) = counters
             && let Some(baseline) = stored.or(unwritten)
             && only_informational_differ(baseline, status, counters)
         {
-            let mut due = self.status_due.lock().expect("due lock");
-            let due = *due
-                .entry(key.clone())
-                .or_insert_with(|| Instant::now() + COALESCE);
+            let mut held = self.status_held_since.lock().expect("due lock");
+            let waiting = held.len();
+            // The window is measured against the backlog now, not when this change was
+            // first held: a fleet piling up stretches the windows of those already waiting.
+            let since = *held.entry(key.clone()).or_insert_with(Instant::now);
+            let due = since + coalesce_window(waiting, stored.is_none());
             if let Some(wait) = due
                 .checked_duration_since(Instant::now())
                 .filter(|w| !w.is_zero())
@@ -313,7 +326,10 @@ impl Context {
                 return Ok(Some(wait));
             }
         }
-        self.status_due.lock().expect("due lock").remove(&key);
+        self.status_held_since
+            .lock()
+            .expect("due lock")
+            .remove(&key);
         let api: Api<K> = Api::namespaced(
             self.client.clone(),
             object.meta().namespace.as_deref().unwrap_or_default(),
@@ -439,7 +455,10 @@ impl Context {
             .lock()
             .expect("overwritten lock")
             .remove(&key);
-        self.status_due.lock().expect("due lock").remove(&key);
+        self.status_held_since
+            .lock()
+            .expect("due lock")
+            .remove(&key);
     }
 
     /// Publishes an event about `object`, optionally naming a `related` object
@@ -826,6 +845,7 @@ async fn drive<K, Fut>(
     Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
 {
     controller
+        .with_config(ControllerConfig::default().concurrency(RECONCILES_IN_FLIGHT))
         .graceful_shutdown_on(shutdown)
         .run(
             move |object, ctx| measured(name, object.clone(), ctx.clone(), reconcile(object, ctx)),

@@ -31,6 +31,31 @@ const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
 /// Everything a decision reads is written at once.
 pub const COALESCE: Duration = Duration::from_secs(5);
 
+/// The rate the whole process spends on such count-only status writes when many objects
+/// move at once (a fleet-wide rollout): writes to a custom resource's `/status` are among the
+/// API server's dearest requests (whole-object JSON and managed-fields work), and counts
+/// that lag a little longer cost no decision.
+pub const INFORMATIONAL_WRITES_PER_SECOND: u32 = 10;
+
+/// The longest counts may lag, however many objects wait: a minute keeps `kubectl get`
+/// meaningful while a fleet of hundreds moves at once (their conditions never lag).
+pub const COALESCE_MAX: Duration = Duration::from_secs(60);
+
+/// How long a count-only change waits when `waiting` objects already hold one back: at
+/// least [`COALESCE`], and long enough that those writes, spread over the window, stay
+/// within [`INFORMATIONAL_WRITES_PER_SECOND`] (at most [`COALESCE_MAX`]). A `first` status
+/// that says no more than an absent one (nothing Ready yet, see
+/// [`roleset_status_unwritten`]) waits [`COALESCE_MAX`]: most objects turn Ready within it,
+/// and that write is due at once anyway.
+pub fn coalesce_window(waiting: usize, first: bool) -> Duration {
+    if first {
+        return COALESCE_MAX;
+    }
+    let spread =
+        Duration::from_secs_f64(waiting as f64 / f64::from(INFORMATIONAL_WRITES_PER_SECOND));
+    spread.clamp(COALESCE, COALESCE_MAX)
+}
+
 /// The pod counters of a RoleSet's status (`roles`): they move with every pod.
 pub const ROLESET_COUNTERS: &[&str] = &["roles"];
 /// The pod counters of a StormService's status: summed from its RoleSets' on every pass.
@@ -138,8 +163,8 @@ pub type Failure = (&'static str, String);
 
 /// What a RoleSet without a status means to every reader (the StormService controller, a
 /// `kubectl wait`): nothing Ready yet. A first status that says no more than that may wait
-/// like a count — a RoleSet whose pods turn Ready within [`COALESCE`] of its creation gets
-/// one status write, not two.
+/// like a count — a RoleSet whose pods turn Ready within [`COALESCE_MAX`] gets one status
+/// write, not two.
 pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -> RoleSetStatus {
     let names: Vec<&str> = inputs.iter().map(|input| input.name.as_str()).collect();
     RoleSetStatus {
@@ -609,6 +634,41 @@ mod tests {
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    #[test]
+    fn count_windows_stretch_with_the_objects_waiting_so_their_writes_keep_to_the_budget() {
+        assert_eq!(
+            coalesce_window(0, false),
+            COALESCE,
+            "a quiet cluster keeps the short window"
+        );
+        assert_eq!(coalesce_window(50, false), COALESCE);
+        let rate = INFORMATIONAL_WRITES_PER_SECOND as usize;
+        assert_eq!(coalesce_window(rate * 12, false), Duration::from_secs(12));
+        assert_eq!(
+            coalesce_window(usize::MAX, false),
+            COALESCE_MAX,
+            "counts never lag unboundedly"
+        );
+        assert_eq!(
+            coalesce_window(0, true),
+            COALESCE_MAX,
+            "a first status says nothing new"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn objects_waiting_for_a_window_are_written_no_faster_than_the_budget(waiting in 0usize..10_000) {
+            let window = coalesce_window(waiting, false);
+            prop_assert!(window >= COALESCE && window <= COALESCE_MAX);
+            if window < COALESCE_MAX {
+                // Those already waiting plus this one, written across the window.
+                let rate = waiting as f64 / window.as_secs_f64();
+                prop_assert!(rate <= f64::from(INFORMATIONAL_WRITES_PER_SECOND) + 1e-9);
+            }
+        }
     }
 
     #[test]
