@@ -10,7 +10,9 @@
 #   restart-apiserver  stop and start kube-apiserver with the same flags (disruption tests)
 #
 # State (PKI, pids, logs, kubeconfig) lives in $SQUALL_CLUSTER_DIR (default
-# target/e2e-cluster); component logs are in its logs/ folder.
+# target/e2e-cluster); component logs are in its logs/ folder. SQUALL_E2E_NODES sets the
+# number of fake nodes (2); SQUALL_APISERVER_PROFILING=true serves the API server's
+# /debug/pprof (`kubectl get --raw '/debug/pprof/profile?seconds=30'`) for diagnosis.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
