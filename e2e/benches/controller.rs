@@ -1,10 +1,17 @@
 //! Controller benchmark on the local control plane (`make bench` starts it): what squall
 //! costs at scale, against floors measured in the same run.
 //!
-//! 1. The floor: the API server's own pod-create rate, from a raw client creating as many
-//!    pods as the scale phase will (16 in flight).
+//! 1. Two floors, each on a quiet cluster: the API server's own pod-create rate, from a raw
+//!    client creating as many pods as the scale phase will (16 in flight); and the same pods
+//!    with, per 8 of them, the headless Service a StormService owns (AIBrix's contract: the
+//!    controller-manager then keeps its Endpoints and EndpointSlices current as pods start and
+//!    turn Ready) — everything squall's pods cost the control plane without squall. The
+//!    control plane's CPU (API server, etcd, controller-manager, scheduler, kwok and squall)
+//!    is measured in every phase: on these 2 cores it, more than any one process, sets the
+//!    time.
 //! 2. Scale: `BENCH_SERVICES` (default 200) StormServices of 2 roles × 2 pods, replicas 2
-//!    (8 pods each: 1,600 pods). Time until all are Ready (the kwok stages alone take
+//!    (8 pods each: 1,600 pods). Time until all are Ready at their revision, and until
+//!    their counts show it too (the kwok stages alone take
 //!    1.7–3.2 s per pod), API write requests per StormService (`squall_api_requests_total`:
 //!    finalizer patches and refused writes included) and what they were, squall's
 //!    reads (LIST + GET sent while reconciling), peak RSS and CPU seconds; then an image
@@ -28,7 +35,7 @@ use e2e::operator::{Operator, counter_sum, write_requests};
 use e2e::roles::{set_role_image, stormservice};
 use e2e::{TestNamespace, client, install_crds};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -68,6 +75,25 @@ fn usage(pid: u32) -> (f64, f64) {
     (ticks / hz, hwm_kib / 1024.0)
 }
 
+/// CPU seconds of the local control plane's processes (by the PID files `cluster.sh`
+/// keeps) and of `squall`.
+fn control_plane_cpu(squall: Option<u32>) -> f64 {
+    let dir = e2e::operator::cluster_dir();
+    [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ]
+    .iter()
+    .filter_map(|c| std::fs::read_to_string(dir.join(format!("{c}.pid"))).ok())
+    .filter_map(|pid| pid.trim().parse::<u32>().ok())
+    .chain(squall)
+    .map(|pid| usage(pid).0)
+    .sum()
+}
+
 /// The write requests sent between two samples, per StormService, largest first:
 /// `8.0 create pods, 2.1 patch rolesets/status, …`.
 fn breakdown(
@@ -100,47 +126,113 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn settled_at(ss: &StormService, generation: i64, replicas: i32) -> bool {
+/// Whether `ss` is done at `generation`: Ready at it, every RoleSet at the update revision —
+/// what `kubectl wait --for=condition=Ready` and a rollout check read.
+fn done_at(ss: &StormService, generation: i64) -> bool {
     ss.status.as_ref().is_some_and(|s| {
         s.observed_generation == Some(generation)
             && s.current_revision == s.update_revision
-            && s.ready_replicas == replicas
-            && s.updated_replicas == replicas
+            && s.conditions.iter().flatten().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.observed_generation == Some(generation)
+            })
     })
 }
 
+/// Whether `ss` is done at `generation` and its counts show it (counts may be written a
+/// little later than the decisions, planner::status::coalesce_window).
+fn settled_at(ss: &StormService, generation: i64, replicas: i32) -> bool {
+    done_at(ss, generation)
+        && ss
+            .status
+            .as_ref()
+            .is_some_and(|s| s.ready_replicas == replicas && s.updated_replicas == replicas)
+}
+
+/// When every StormService was done, and when their counts had all caught up, from a start.
+struct Settled {
+    done: Duration,
+    counted: Duration,
+}
+
 /// Waits until every StormService of `api` is settled at `generation`.
-async fn all_settled(api: &Api<StormService>, count: usize, generation: i64, replicas: i32) {
-    let mut done = std::collections::BTreeSet::new();
+async fn all_settled(
+    api: &Api<StormService>,
+    count: usize,
+    generation: i64,
+    replicas: i32,
+    started: Instant,
+) -> Settled {
+    let (mut done, mut counted) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    );
+    let mut all_done = None;
     let stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .applied_objects();
     let mut stream = std::pin::pin!(stream);
     let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while done.len() < count {
+    while counted.len() < count {
         let next = tokio::time::timeout_at(deadline, stream.try_next())
             .await
-            .unwrap_or_else(|_| panic!("{} of {count} settled after {TIMEOUT:?}", done.len()));
+            .unwrap_or_else(|_| panic!("{} of {count} settled after {TIMEOUT:?}", counted.len()));
         let Ok(Some(ss)) = next else { continue };
-        if settled_at(&ss, generation, replicas) {
+        if done_at(&ss, generation) {
             done.insert(ss.name_any());
+            if done.len() == count && all_done.is_none() {
+                all_done = Some(started.elapsed());
+            }
         }
+        if settled_at(&ss, generation, replicas) {
+            counted.insert(ss.name_any());
+        }
+    }
+    let counted = started.elapsed();
+    Settled {
+        done: all_done.unwrap_or(counted),
+        counted,
     }
 }
 
-/// The floor: a raw client's pod-create rate (pods/s), and the time until all those pods
-/// are Ready (API server, scheduler and kwok, without squall).
-async fn raw_pods(client: &kube::Client, pods: usize) -> (f64, Duration) {
+/// What a floor measured: the raw client's pod-create rate (pods/s), the time until all its
+/// pods are Ready, and the control plane's CPU seconds until then.
+struct Floor {
+    rate: f64,
+    ready: Duration,
+    cpu: f64,
+}
+
+/// A floor: `pods` pods from a raw client, Ready through the API server, scheduler and kwok
+/// without squall; with `services`, each 8 of them also selected by a headless Service
+/// like the one a StormService owns.
+async fn raw_pods(client: &kube::Client, pods: usize, services: bool) -> Floor {
     let ns = TestNamespace::create(client, "bench-raw").await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let service_api: Api<Service> = Api::namespaced(client.clone(), ns.name());
+    let cpu0 = control_plane_cpu(None);
     let started = Instant::now();
     stream::iter(0..pods)
         .for_each_concurrent(IN_FLIGHT, |i| {
-            let api = api.clone();
+            let (api, service_api) = (api.clone(), service_api.clone());
             async move {
+                let group = format!("raw-{:04}", i / 8);
+                if services && i % 8 == 0 {
+                    let service: Service = serde_json::from_value(json!({
+                        "metadata": {"name": group},
+                        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
+                            "selector": {"storm-service-name": group}}
+                    }))
+                    .unwrap();
+                    service_api
+                        .create(&PostParams::default(), &service)
+                        .await
+                        .unwrap();
+                }
                 let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("raw-{i}")},
-                    "spec": {"containers": [{"name": "engine", "image": "engine:1"}]}
+                    "metadata": {"name": format!("raw-{i}"), "labels": {"storm-service-name": group}},
+                    "spec": {"subdomain": group, "containers": [{"name": "engine", "image": "engine:1"}]}
                 }))
                 .unwrap();
                 api.create(&PostParams::default(), &pod).await.unwrap();
@@ -163,9 +255,10 @@ async fn raw_pods(client: &kube::Client, pods: usize) -> (f64, Duration) {
             ready.insert(pod.name_any());
         }
     }
-    let all_ready = started.elapsed();
+    let ready = started.elapsed();
+    let cpu = control_plane_cpu(None) - cpu0;
     delete_namespace(ns.name());
-    (rate, all_ready)
+    Floor { rate, ready, cpu }
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -261,7 +354,7 @@ async fn step_latencies(client: &kube::Client, canaries: usize) -> Vec<f64> {
         .await
         .unwrap();
     }
-    all_settled(&api, canaries, 1, 4).await;
+    all_settled(&api, canaries, 1, 4, Instant::now()).await;
 
     // The last Ready transition of a pod per StormService, as this client observed it.
     let last_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
@@ -339,8 +432,11 @@ async fn main() {
     install_crds();
     let client = client().await;
 
-    println!("raw pod creates: {pods} pods, {IN_FLIGHT} in flight ...");
-    let (raw_rate, raw_ready) = raw_pods(&client, pods).await;
+    println!(
+        "floors: {pods} pods from a raw client, {IN_FLIGHT} in flight, without and with Services ..."
+    );
+    let floor = raw_pods(&client, pods, false).await;
+    let same_objects = raw_pods(&client, pods, true).await;
 
     let operator = Operator::start("bench", &["--controllers=true"]);
     let pid = operator.pid();
@@ -376,6 +472,7 @@ async fn main() {
 
     println!("scale: {services} StormServices, {pods} pods ...");
     let (cpu0, _) = usage(pid);
+    let plane0 = control_plane_cpu(Some(pid));
     let (writes0, by0) = (writes(), writes_by());
     let reads0 = reads();
     let started = Instant::now();
@@ -390,9 +487,10 @@ async fn main() {
         })
         .await;
     let created_in = started.elapsed();
-    all_settled(&api, services, 1, 2).await;
-    let create_ready = started.elapsed();
+    let create = all_settled(&api, services, 1, 2, started).await;
+    let create_ready = create.done;
     let (cpu1, rss1) = usage(pid);
+    let plane1 = control_plane_cpu(Some(pid));
     let (writes1, by1) = (writes(), writes_by());
     let reads1 = reads();
     let gauge = |name| counter_sum(operator.admin_addr, name, &["resource=\"pods\""]);
@@ -412,6 +510,7 @@ async fn main() {
 
     println!("roll: image change on all of them ...");
     let (cpu_roll0, _) = usage(pid);
+    let plane_roll0 = control_plane_cpu(Some(pid));
     let (writes_roll0, by_roll0) = (writes(), writes_by());
     let started = Instant::now();
     stream::iter(0..services)
@@ -422,9 +521,9 @@ async fn main() {
             }
         })
         .await;
-    all_settled(&api, services, 2, 2).await;
-    let roll_ready = started.elapsed();
+    let roll = all_settled(&api, services, 2, 2, started).await;
     let (cpu2, rss2) = usage(pid);
+    let plane2 = control_plane_cpu(Some(pid));
     let (writes2, by2) = (writes(), writes_by());
     let reads2 = reads();
 
@@ -450,14 +549,31 @@ async fn main() {
     ));
     table.push_str("| measure | value |\n|---|---|\n");
     table.push_str(&format!(
-        "| floor: {pods} pods from a raw client ({IN_FLIGHT} in flight), created / all Ready | {raw_rate:.0} pods/s / {:.1} s |\n",
-        raw_ready.as_secs_f64()
+        "| floor: {pods} pods from a raw client ({IN_FLIGHT} in flight), created / all Ready / control-plane CPU | {:.0} pods/s / {:.1} s / {:.1} s |\n",
+        floor.rate,
+        floor.ready.as_secs_f64(),
+        floor.cpu
     ));
     table.push_str(&format!(
-        "| create: all {services} StormServices Ready (creates sent in {:.1} s) | {:.1} s ({squall_rate:.0} pods/s), {:.2}× the floor's time |\n",
+        "| same-objects floor: those pods and {services} headless Services (one per 8 pods) from a raw client | {:.0} pods/s / {:.1} s ({:.2}× the floor's) / {:.1} s |\n",
+        same_objects.rate,
+        same_objects.ready.as_secs_f64(),
+        same_objects.ready.as_secs_f64() / floor.ready.as_secs_f64(),
+        same_objects.cpu
+    ));
+    table.push_str(&format!(
+        "| create: all {services} StormServices Ready (creates sent in {:.1} s; counts caught up at {:.1} s) | {:.1} s ({squall_rate:.0} pods/s): {:.2}× the floor's time, {:.2}× the same-objects floor's |\n",
         created_in.as_secs_f64(),
+        create.counted.as_secs_f64(),
         create_ready.as_secs_f64(),
-        create_ready.as_secs_f64() / raw_ready.as_secs_f64()
+        create_ready.as_secs_f64() / floor.ready.as_secs_f64(),
+        create_ready.as_secs_f64() / same_objects.ready.as_secs_f64()
+    ));
+    table.push_str(&format!(
+        "| create: control-plane CPU (squall included) | {:.1} s: {:.2}× the floor's, {:.2}× the same-objects floor's |\n",
+        plane1 - plane0,
+        (plane1 - plane0) / floor.cpu,
+        (plane1 - plane0) / same_objects.cpu
     ));
     table.push_str(&format!(
         "| create: API write requests per StormService | {:.1} |\n",
@@ -483,8 +599,13 @@ async fn main() {
         "| steady: forced re-reconcile of all {services}: writes / squall LISTs / API server LISTs (anyone) | {steady_writes:.0} / {steady_lists:.0} / {server_lists:.0} |\n"
     ));
     table.push_str(&format!(
-        "| roll (image change of one role): all settled | {:.1} s |\n",
-        roll_ready.as_secs_f64()
+        "| roll (image change of one role): all Ready at the new revision / counts caught up | {:.1} s / {:.1} s |\n",
+        roll.done.as_secs_f64(),
+        roll.counted.as_secs_f64()
+    ));
+    table.push_str(&format!(
+        "| roll: control-plane CPU (squall included) | {:.1} s |\n",
+        plane2 - plane_roll0
     ));
     table.push_str(&format!(
         "| roll: API write requests per StormService | {:.1} |\n",
