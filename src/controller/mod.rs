@@ -280,8 +280,7 @@ impl Context {
     /// (nothing held back), a change confined to those pod counters and condition prose waits
     /// for the next ones, [`coalesce_window`] long (so a burst of pods turning Ready is one
     /// write, and a fleet moving at once spends a bounded rate on counts): the returned
-    /// delay says when to reconcile again
-    /// to write it. With no status stored yet, the change is measured from `unwritten`, what
+    /// delay says when to reconcile again to write it. With no status stored yet, the change is measured from `unwritten`, what
     /// an absent status means to readers (when the kind has such a meaning). A conflict
     /// means the cache is behind a newer write, whose watch event reconciles again; an
     /// object already deleted has no status to keep: neither is a failure.
@@ -305,7 +304,7 @@ impl Context {
         if stored == Some(status) {
             self.status_held_since
                 .lock()
-                .expect("due lock")
+                .expect("held lock")
                 .remove(&key);
             return Ok(None);
         }
@@ -313,7 +312,7 @@ impl Context {
             && let Some(baseline) = stored.or(unwritten)
             && only_informational_differ(baseline, status, counters)
         {
-            let mut held = self.status_held_since.lock().expect("due lock");
+            let mut held = self.status_held_since.lock().expect("held lock");
             let waiting = held.len();
             // The window is measured against the backlog now, not when this change was
             // first held: a fleet piling up stretches the windows of those already waiting.
@@ -328,7 +327,7 @@ impl Context {
         }
         self.status_held_since
             .lock()
-            .expect("due lock")
+            .expect("held lock")
             .remove(&key);
         let api: Api<K> = Api::namespaced(
             self.client.clone(),
@@ -457,7 +456,7 @@ impl Context {
             .remove(&key);
         self.status_held_since
             .lock()
-            .expect("due lock")
+            .expect("held lock")
             .remove(&key);
     }
 
