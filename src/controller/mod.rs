@@ -238,9 +238,11 @@ pub struct Context {
     logged_generations: Mutex<HashSet<(String, &'static str, i64)>>,
     /// Failed reconciles in a row, by (kind, UID).
     failures: Mutex<HashMap<(String, String), u32>>,
-    /// By UID: the `resourceVersion` our last status write replaced, until the cache shows a
-    /// newer one (deciding from the older would undo what was just written).
-    overwritten: Mutex<HashMap<String, String>>,
+    /// By UID: the `resourceVersion` our last write replaced (a status, or the finalizer's
+    /// removal) and when, until the cache shows a newer one: deciding from the older would
+    /// undo or repeat what was just written. An object deleted meanwhile never shows a newer
+    /// one; its entry expires after [`EXPECTATION_TIMEOUT`].
+    overwritten: Mutex<HashMap<String, (String, Instant)>>,
     /// By UID: since when a status write has been held back (only pod counters changed).
     status_held_since: Mutex<HashMap<String, Instant>>,
 }
@@ -266,13 +268,30 @@ impl Context {
         let mut overwritten = self.overwritten.lock().expect("overwritten lock");
         let key = Self::key(object);
         match overwritten.get(&key) {
-            Some(old) if object.meta().resource_version.as_ref() == Some(old) => true,
+            Some((old, at))
+                if object.meta().resource_version.as_ref() == Some(old)
+                    && at.elapsed() <= EXPECTATION_TIMEOUT =>
+            {
+                true
+            }
             Some(_) => {
                 overwritten.remove(&key);
                 false
             }
             None => false,
         }
+    }
+
+    /// Records that our write replaced `object` at the version it has in the cache (see
+    /// [`Context::behind`]), and drops the records that expired: they are as many as the
+    /// writes of the last [`EXPECTATION_TIMEOUT`] at most.
+    fn replaced(&self, object: &impl kube::Resource) {
+        let Some(old) = object.meta().resource_version.clone() else {
+            return;
+        };
+        let mut overwritten = self.overwritten.lock().expect("overwritten lock");
+        overwritten.retain(|_, (_, at)| at.elapsed() <= EXPECTATION_TIMEOUT);
+        overwritten.insert(Self::key(object), (old, Instant::now()));
     }
 
     /// Writes `status` to `object` (one `/status` patch) unless it is already there,
@@ -357,13 +376,8 @@ impl Context {
                     .api_write(controller, "patch", &format!("{}/status", K::plural(&())));
                 // A write the API server found to change nothing (say, a field its schema
                 // prunes) keeps the version and sends no event: nothing to wait for then.
-                if let Some(old) = old
-                    && written.meta().resource_version.as_ref() != Some(&old)
-                {
-                    self.overwritten
-                        .lock()
-                        .expect("overwritten lock")
-                        .insert(key, old);
+                if old.is_some() && written.meta().resource_version != old {
+                    self.replaced(object);
                 }
                 Ok(None)
             }
@@ -655,14 +669,30 @@ where
     C: std::future::Future<Output = Result<Action, Error>>,
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
-    finalizer(&api, finalizer_name, object, |event| async move {
-        match event {
-            finalizer::Event::Apply(object) => apply(object, ctx).await,
-            finalizer::Event::Cleanup(object) => cleanup(object, ctx).await,
+    // A successful cleanup ends with the finalizer's removal, and the object goes. Until
+    // the cache shows that, a reconcile queued meanwhile would see the finalizer still there
+    // and remove it again.
+    let removing = object.meta().deletion_timestamp.is_some()
+        && object
+            .finalizers()
+            .iter()
+            .any(|name| name == finalizer_name);
+    let cleaned = removing.then(|| Arc::clone(&object));
+    let result = finalizer(&api, finalizer_name, object, |event| {
+        let ctx = Arc::clone(&ctx);
+        async move {
+            match event {
+                finalizer::Event::Apply(object) => apply(object, ctx).await,
+                finalizer::Event::Cleanup(object) => cleanup(object, ctx).await,
+            }
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    if let (Ok(_), Some(object)) = (&result, cleaned) {
+        ctx.replaced(&*object);
+    }
+    result
 }
 
 /// The children `cache` holds of `owner` (controlled by its UID, so a namesake that was
@@ -702,14 +732,6 @@ pub fn condition(
         generation,
         k8s_openapi::jiff::Timestamp::now(),
     )
-}
-
-/// Whether a pod's Ready condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Deletes a child (already gone is fine), counting the write.
@@ -1004,14 +1026,31 @@ mod tests {
         let mut at = object("a");
         at.metadata.resource_version = Some("7".into());
         assert!(!ctx.behind(&at));
-        ctx.overwritten
-            .lock()
-            .unwrap()
-            .insert("a".into(), "7".into());
+        ctx.replaced(&at);
         assert!(ctx.behind(&at), "decided from what the write replaced");
         at.metadata.resource_version = Some("8".into());
         assert!(!ctx.behind(&at));
         at.metadata.resource_version = Some("7".into());
         assert!(!ctx.behind(&at), "forgotten once a newer version was seen");
+
+        // A record whose newer version never shows (the object was deleted) expires.
+        ctx.replaced(&at);
+        let expired = Instant::now()
+            .checked_sub(EXPECTATION_TIMEOUT + Duration::from_secs(1))
+            .expect("the clock started long ago");
+        ctx.overwritten.lock().unwrap().get_mut("a").unwrap().1 = expired;
+        assert!(
+            !ctx.behind(&at),
+            "an expired record no longer holds reconciles back"
+        );
+        ctx.replaced(&at);
+        ctx.overwritten.lock().unwrap().get_mut("a").unwrap().1 = expired;
+        let mut other = object("c");
+        other.metadata.resource_version = Some("3".into());
+        ctx.replaced(&other);
+        assert!(
+            !ctx.overwritten.lock().unwrap().contains_key("a"),
+            "expired records are dropped when another is made"
+        );
     }
 }

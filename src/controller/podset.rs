@@ -9,9 +9,10 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 
-use super::{Context, Error, delete_child, delete_remaining, finalized, is_ready, owned_children};
+use super::{Context, Error, delete_child, delete_remaining, finalized, owned_children};
 use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
 use crate::api::{PodSet, PodSetStatus};
+use crate::planner::pod_ready;
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
 use crate::planner::render::gang_pod;
 use crate::planner::status::PODSET_COUNTERS;
@@ -58,7 +59,7 @@ fn gang_view(pod: &Pod) -> GangPod {
             Some("Succeeded" | "Failed")
         ),
         terminating: pod.metadata.deletion_timestamp.is_some(),
-        ready: is_ready(pod),
+        ready: pod_ready(pod),
         restarts: status
             .and_then(|s| s.container_statuses.as_ref())
             .map_or(0, |c| c.iter().map(|c| c.restart_count).sum()),

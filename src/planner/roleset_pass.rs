@@ -1,0 +1,946 @@
+//! One RoleSet pass, decided (AIBRIX-REFERENCE §2.3, SPEC §5): from the RoleSet, its pods and
+//! PodSets as cached, the creates and deletes not yet observed and the stable revisions read,
+//! every role's action (with its creates rendered and its in-place patches built), the
+//! children to delete because they no longer fit the spec, and what to tell the user. The
+//! controller carries the pass out and writes the status; nothing here does I/O or reads the
+//! clock.
+//!
+//! A pass is decided in two halves because the controller needs the first to observe for the
+//! second: [`role_children`] says which children each role counts (the controller settles
+//! its expectations against them and reads the stable revisions they ask for), then
+//! [`decide`] plans.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use kube::ResourceExt;
+use serde_json::Value;
+
+use super::budget::{Budget, resolve_fenceposts};
+use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
+use super::pod_ready;
+use super::render::{
+    has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
+};
+use super::revision::role_template;
+use super::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
+use crate::api::keys::{
+    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME,
+    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
+};
+use crate::api::{
+    PodSet, PodSetPhase, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
+};
+
+/// The children one role counts: PodSets for a multi-node role (`podGroupSize` > 1), plain
+/// pods otherwise.
+#[derive(Clone, Debug)]
+pub struct RoleChildren {
+    /// Role name.
+    pub role: String,
+    /// Multi-node role: its replicas are PodSets.
+    pub gang: bool,
+    /// Its replicas as the planner sees them.
+    pub children: Vec<PodView>,
+    /// The `stableRevision` the role's partition keeps pods on, when one is held back: the
+    /// controller reads it for [`PassInput::stable`].
+    pub stable_revision: Option<String>,
+}
+
+/// Creates and deletes of one role issued by earlier passes that the cache does not show yet.
+#[derive(Clone, Debug, Default)]
+pub struct Pending {
+    /// Stateless creates from the target template.
+    pub creates: u32,
+    /// Stateless creates from the stable template.
+    pub stable_creates: u32,
+    /// Slots of stateful creates.
+    pub slots: BTreeSet<u32>,
+    /// Names of children being deleted.
+    pub deletes: BTreeSet<String>,
+}
+
+/// What one RoleSet pass observed.
+pub struct PassInput<'a> {
+    /// The RoleSet as cached.
+    pub roleset: &'a RoleSet,
+    /// Its pods, as cached.
+    pub pods: &'a [Arc<Pod>],
+    /// Its PodSets, as cached.
+    pub podsets: &'a [Arc<PodSet>],
+    /// [`role_children`] of this RoleSet.
+    pub roles: Vec<RoleChildren>,
+    /// By role, aligned with `roles`.
+    pub pending: Vec<Pending>,
+    /// By role, aligned with `roles`: the stable revision asked for, as read, or why it could
+    /// not be.
+    pub stable: Vec<Option<Result<Arc<ControllerRevision>, String>>>,
+}
+
+/// A child to create, rendered.
+#[derive(Clone, Debug)]
+pub enum NewChild {
+    /// A plain pod.
+    Pod(Box<Pod>),
+    /// A PodSet (one replica of a multi-node role).
+    PodSet(Box<PodSet>),
+}
+
+/// A create of one role, with what the expectations record of it.
+#[derive(Clone, Debug)]
+pub struct Create {
+    /// The slot of a stateful role's child.
+    pub slot: Option<u32>,
+    /// Rendered from the stable template.
+    pub stable: bool,
+    /// The object to send.
+    pub child: NewChild,
+}
+
+/// The in-place writes of one role (AIBRIX-REFERENCE §2.3.7).
+#[derive(Clone, Debug, Default)]
+pub struct InPlaceWrites {
+    /// Why the role recreates instead (an `InPlaceFallback` event).
+    pub fallback: Option<String>,
+    /// Pods whose update completed, and whether they declare the in-place readiness gate.
+    pub complete: Vec<(String, bool)>,
+    /// Pods whose pending reason changed from the one they carry: the new reason.
+    pub pending: Vec<(String, &'static str)>,
+    /// Pods whose update starts now.
+    pub start: Vec<InPlaceStart>,
+}
+
+/// An in-place update that starts now.
+#[derive(Clone, Debug)]
+pub struct InPlaceStart {
+    /// The pod.
+    pub pod: String,
+    /// It declares the in-place readiness gate (set False before the patch).
+    pub gated: bool,
+    /// The strategic-merge patch.
+    pub patch: Value,
+}
+
+/// One role's part of the pass.
+#[derive(Clone, Debug)]
+pub struct RoleWrites {
+    /// Role name.
+    pub role: String,
+    /// Multi-node role: `action` creates and deletes PodSets.
+    pub gang: bool,
+    /// Hash of the role's current template.
+    pub target_hash: String,
+    /// What the planner decided.
+    pub action: RoleAction,
+    /// The creates of `action`, rendered.
+    pub creates: Vec<Create>,
+    /// The in-place part of `action`.
+    pub in_place: InPlaceWrites,
+}
+
+/// The pass, decided.
+#[derive(Clone, Debug, Default)]
+pub struct Pass {
+    /// By role, in spec order: what the status is derived from.
+    pub inputs: Vec<RoleInput>,
+    /// By role, in spec order.
+    pub roles: Vec<RoleWrites>,
+    /// Pods of roles that now run PodSets (a `podGroupSize` change).
+    pub orphan_pods: Vec<String>,
+    /// PodSets of roles that now run plain pods.
+    pub orphan_podsets: Vec<String>,
+    /// Pods of roles removed from the spec (SPEC §5: they go with their role).
+    pub retired_pods: Vec<String>,
+    /// PodSets of roles removed from the spec.
+    pub retired_podsets: Vec<String>,
+    /// Roles whose stable template is unknown, and why (the status reports it).
+    pub problems: Vec<String>,
+    /// The upgrade order, when a `Sequential` rollout is under way (logged once per
+    /// generation).
+    pub sequence: Option<String>,
+    /// Live pods and PodSets created before the `topologyPolicy` changed, which keep their
+    /// old affinity until replaced (told once per generation), when there are any.
+    pub topology_pending: Option<(usize, usize)>,
+}
+
+/// The first half of a pass: the children each role counts, in spec order.
+pub fn role_children(
+    roleset: &RoleSet,
+    pods: &[Arc<Pod>],
+    podsets: &[Arc<PodSet>],
+) -> Vec<RoleChildren> {
+    roleset
+        .spec
+        .roles
+        .iter()
+        .flatten()
+        .map(|role| {
+            let gang = role.pod_group_size_or_default() > 1;
+            let children = if gang {
+                of_role(podsets, &role.name).map(podset_view).collect()
+            } else {
+                of_role(pods, &role.name).map(pod_view).collect()
+            };
+            let rollout = role.rollout.as_ref();
+            let stable_revision = rollout
+                .and_then(|r| r.stable_revision.clone())
+                .filter(|_| partition(role) > 0);
+            RoleChildren {
+                role: role.name.clone(),
+                gang,
+                children,
+                stable_revision,
+            }
+        })
+        .collect()
+}
+
+/// The second half: decides the pass.
+pub fn decide(input: PassInput<'_>) -> Pass {
+    let (roleset, input_pods, input_podsets) = (input.roleset, input.pods, input.podsets);
+    let specs: Vec<&RoleSpec> = roleset.spec.roles.iter().flatten().collect();
+    let mut pass = Pass::default();
+    let mut stables = Vec::new();
+    for (((role, children), pending), stable) in specs
+        .iter()
+        .zip(input.roles)
+        .zip(input.pending)
+        .zip(input.stable)
+    {
+        let stable = match stable {
+            Some(Ok(revision)) => match role_template(&revision, &role.name) {
+                Ok(template) => Some((
+                    template_hash(&template),
+                    RoleSpec {
+                        template: Some(template),
+                        ..(*role).clone()
+                    },
+                )),
+                Err(e) => {
+                    pass.problems.push(format!("role {}: {e}", role.name));
+                    None
+                }
+            },
+            Some(Err(e)) => {
+                pass.problems.push(format!("role {}: {e}", role.name));
+                None
+            }
+            None => None,
+        };
+        // Children of the other kind are left over from a podGroupSize change.
+        if children.gang {
+            pass.orphan_pods
+                .extend(of_role(input_pods, &role.name).map(|p| p.name_any()));
+        } else {
+            pass.orphan_podsets
+                .extend(of_role(input_podsets, &role.name).map(|p| p.name_any()));
+        }
+        pass.inputs.push(role_input(
+            roleset,
+            role,
+            children,
+            pending,
+            stable.as_ref().map(|(hash, _)| hash.clone()),
+            input_pods,
+        ));
+        stables.push(stable);
+    }
+
+    let strategy = roleset.spec.update_strategy.unwrap_or_default();
+    let orders: Vec<i32> = specs.iter().map(|r| r.upgrade_order_or_default()).collect();
+    let sequence = upgrade_sequence(&orders);
+    // A rollout is under way when some live pod is off its role's template.
+    let rolling = pass.inputs.iter().any(|role| {
+        role.pods
+            .iter()
+            .any(|p| !p.terminating && p.hash != role.target_hash)
+    });
+    if strategy == RoleSetUpdateStrategy::Sequential && rolling {
+        let order: Vec<String> = sequence
+            .iter()
+            .map(|&i| format!("{}({})", specs[i].name, orders[i]))
+            .collect();
+        pass.sequence = Some(order.join(" -> "));
+    }
+    let actions = plan(strategy, &pass.inputs, &sequence);
+    for (((role, input), stable), action) in
+        specs.iter().zip(&pass.inputs).zip(&stables).zip(actions)
+    {
+        let writes = role_writes(roleset, role, input, stable.as_ref(), action, input_pods);
+        pass.roles.push(writes);
+    }
+
+    let retired = |labels: &BTreeMap<String, String>| {
+        !labels
+            .get(LABEL_ROLE_NAME)
+            .is_some_and(|name| specs.iter().any(|r| &r.name == name))
+    };
+    let retired_pods: Vec<PodView> = input_pods
+        .iter()
+        .filter(|p| retired(p.labels()))
+        .map(|p| pod_view(p))
+        .collect();
+    let retired_podsets: Vec<PodView> = input_podsets
+        .iter()
+        .filter(|p| retired(p.labels()))
+        .map(|p| podset_view(p))
+        .collect();
+    pass.retired_pods = retire(&retired_pods);
+    pass.retired_podsets = retire(&retired_podsets);
+    pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
+    pass
+}
+
+/// `partition` of a role, at most its replicas.
+fn partition(role: &RoleSpec) -> u32 {
+    let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+    role.rollout
+        .as_ref()
+        .and_then(|r| r.partition)
+        .map_or(0, |p| u32::try_from(p).unwrap_or(0).min(desired))
+}
+
+/// What the role planner knows of one role.
+fn role_input(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    children: RoleChildren,
+    pending: Pending,
+    stable_hash: Option<String>,
+    pods: &[Arc<Pod>],
+) -> RoleInput {
+    let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+    let strategy = role.update_strategy.as_ref();
+    let budget = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
+        v.and_then(|v| Budget::parse(v).ok())
+    };
+    let budgets = resolve_fenceposts(
+        budget(strategy.and_then(|s| s.max_surge.as_ref())),
+        budget(strategy.and_then(|s| s.max_unavailable.as_ref())),
+        desired,
+    );
+    let target_hash = template_hash(&role.template.clone().unwrap_or_default());
+    let in_place = role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible;
+    let ineligible = if !in_place {
+        BTreeMap::new()
+    } else if children.gang {
+        // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
+        children
+            .children
+            .iter()
+            .filter(|v| v.hash != target_hash)
+            .map(|v| {
+                (
+                    v.name.clone(),
+                    "a PodSet (podGroupSize > 1) cannot be updated in place".to_string(),
+                )
+            })
+            .collect()
+    } else {
+        ineligible_pods(roleset, role, &target_hash, of_role(pods, &role.name))
+    };
+    RoleInput {
+        name: role.name.clone(),
+        desired,
+        budgets,
+        target_hash,
+        pods: children.children,
+        stateful: children.gang || role.stateful == Some(true),
+        pending_creates: pending.creates,
+        pending_stable_creates: pending.stable_creates,
+        partition: partition(role),
+        stable_hash,
+        pending_slots: pending.slots,
+        pending_deletes: pending.deletes,
+        in_place,
+        ineligible,
+    }
+}
+
+/// Renders the creates of a role's action and builds its in-place patches.
+fn role_writes(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    input: &RoleInput,
+    stable: Option<&(String, RoleSpec)>,
+    action: RoleAction,
+    pods: &[Arc<Pod>],
+) -> RoleWrites {
+    let gang = role.pod_group_size_or_default() > 1;
+    // The role and hash a new child of a slot (None: stateless) is rendered from.
+    let template_for = |slot: Option<u32>, from_stable: bool| match stable {
+        Some((hash, stable_role)) if from_stable || input.stable_slot(slot) => {
+            (stable_role, hash.as_str(), true)
+        }
+        _ => (role, input.target_hash.as_str(), false),
+    };
+    let stateless = |from_stable: bool| {
+        let (from, hash, stable) = template_for(None, from_stable);
+        Create {
+            slot: None,
+            stable,
+            child: NewChild::Pod(Box::new(stateless_pod(roleset, from, hash))),
+        }
+    };
+    let slotted = |slot: u32| {
+        let (from, hash, stable) = template_for(Some(slot), false);
+        let child = if gang {
+            NewChild::PodSet(Box::new(podset_for_slot(roleset, from, hash, slot)))
+        } else {
+            NewChild::Pod(Box::new(stateful_pod(roleset, from, hash, slot)))
+        };
+        Create {
+            slot: Some(slot),
+            stable,
+            child,
+        }
+    };
+    let creates = (0..action.create)
+        .map(|_| stateless(false))
+        .chain((0..action.create_stable).map(|_| stateless(true)))
+        .chain(action.create_slots.iter().map(|&slot| slotted(slot)))
+        .collect();
+    let in_place = if input.in_place {
+        in_place_writes(roleset, role, input, &action, pods)
+    } else {
+        InPlaceWrites::default()
+    };
+    RoleWrites {
+        role: role.name.clone(),
+        gang,
+        target_hash: input.target_hash.clone(),
+        action,
+        creates,
+        in_place,
+    }
+}
+
+/// The in-place part of a role's action, as writes.
+fn in_place_writes(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    input: &RoleInput,
+    action: &RoleAction,
+    pods: &[Arc<Pod>],
+) -> InPlaceWrites {
+    let find = |name: &str| {
+        pods.iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    };
+    let complete = action
+        .in_place_complete
+        .iter()
+        .filter_map(|name| find(name).map(|pod| (name.clone(), has_readiness_gate(pod))))
+        .collect();
+    let pending = action
+        .in_place_pending
+        .iter()
+        .filter(|(name, reason)| {
+            let recorded = find(name)
+                .and_then(|p| p.annotations().get(ANNOTATION_IN_PLACE_PENDING_REASON))
+                .map(String::as_str);
+            recorded != Some(reason.as_str())
+        })
+        .map(|(name, reason)| (name.clone(), reason.as_str()))
+        .collect();
+    let start = action
+        .in_place_start
+        .iter()
+        .filter_map(|name| {
+            let pod = find(name)?;
+            let desired = desired_pod(roleset, role, &input.target_hash, pod);
+            Some(InPlaceStart {
+                pod: name.clone(),
+                gated: has_readiness_gate(pod),
+                patch: start_patch(pod, &desired, &input.target_hash),
+            })
+        })
+        .collect();
+    InPlaceWrites {
+        fallback: action.fallback.clone(),
+        complete,
+        pending,
+        start,
+    }
+}
+
+/// The children in `all` labelled with `role`.
+fn of_role<'a, K: ResourceExt>(all: &'a [Arc<K>], role: &'a str) -> impl Iterator<Item = &'a K> {
+    all.iter()
+        .map(|child| &**child)
+        .filter(move |child| child.labels().get(LABEL_ROLE_NAME).map(String::as_str) == Some(role))
+}
+
+/// A PodSet seen as one replica of its role: Ready when its phase is Ready, gone from the
+/// active set when Failed.
+fn podset_view(podset: &PodSet) -> PodView {
+    let phase = podset.status.as_ref().and_then(|s| s.phase);
+    PodView {
+        name: podset.name_any(),
+        hash: template_label(podset.labels()),
+        running: phase != Some(PodSetPhase::Failed),
+        terminating: podset.metadata.deletion_timestamp.is_some(),
+        ready: phase == Some(PodSetPhase::Ready),
+        created: created(&podset.metadata),
+        slot: slot_of(podset.labels()),
+        in_place_target: None,
+        in_place_pending: None,
+    }
+}
+
+fn pod_view(pod: &Pod) -> PodView {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    PodView {
+        name: pod.name_any(),
+        hash: template_label(pod.labels()),
+        running: !matches!(phase, Some("Succeeded" | "Failed")),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        ready: pod_ready(pod),
+        created: created(&pod.metadata),
+        slot: slot_of(pod.labels()),
+        in_place_target: in_place_target(pod).cloned(),
+        in_place_pending: in_place_target(pod).and_then(|_| pending_reason(pod)),
+    }
+}
+
+fn template_label(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .get(LABEL_ROLE_TEMPLATE_HASH)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn created(meta: &kube::api::ObjectMeta) -> i64 {
+    meta.creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second())
+}
+
+fn slot_of(labels: &BTreeMap<String, String>) -> Option<u32> {
+    labels
+        .get(LABEL_ROLE_REPLICA_INDEX)
+        .and_then(|i| i.parse().ok())
+}
+
+fn in_place_target(pod: &Pod) -> Option<&String> {
+    pod.annotations().get(ANNOTATION_IN_PLACE_TARGET_HASH)
+}
+
+/// The pod a role would create now in the place of `pod` (same slot).
+fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
+    match slot_of(pod.labels()) {
+        Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
+        _ => stateless_pod(roleset, role, hash),
+    }
+}
+
+/// Outdated pods of an in-place role that are not being updated toward `target_hash` and
+/// cannot be, with the reason.
+fn ineligible_pods<'a>(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    target_hash: &str,
+    pods: impl Iterator<Item = &'a Pod>,
+) -> BTreeMap<String, String> {
+    pods.filter(|p| {
+        p.labels().get(LABEL_ROLE_TEMPLATE_HASH).map(String::as_str) != Some(target_hash)
+    })
+    .filter(|p| in_place_target(p).map(String::as_str) != Some(target_hash))
+    .filter_map(|pod| {
+        let desired = desired_pod(roleset, role, target_hash, pod);
+        eligibility(pod, &desired)
+            .err()
+            .map(|why| (pod.name_any(), why.to_string()))
+    })
+    .collect()
+}
+
+/// Live pods and PodSets of `roles` that lack the affinity the `topologyPolicy` asks for
+/// (AIBRIX-REFERENCE §2.3, step 6), when there are any.
+fn topology_pending(
+    roleset: &RoleSet,
+    roles: &[&RoleSpec],
+    pods: &[Arc<Pod>],
+    podsets: &[Arc<PodSet>],
+) -> Option<(usize, usize)> {
+    roleset.spec.topology_policy.as_ref()?;
+    let lacks = |role: &str, spec: Option<&PodSpec>| {
+        let Some((term, mode)) = topology_affinity(roleset, role) else {
+            return false;
+        };
+        !spec.is_some_and(|spec| has_affinity(spec, &term, mode))
+    };
+    let (mut stale_pods, mut stale_podsets) = (0, 0);
+    for role in roles {
+        let role = role.name.as_str();
+        stale_pods += of_role(pods, role)
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| lacks(role, p.spec.as_ref()))
+            .count();
+        stale_podsets += of_role(podsets, role)
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| lacks(role, p.spec.template.spec.as_ref()))
+            .count();
+    }
+    (stale_pods + stale_podsets > 0).then_some((stale_pods, stale_podsets))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    fn roleset(roles: Value) -> RoleSet {
+        serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "rs-uid"},
+            "spec": {"roles": roles}
+        }))
+        .unwrap()
+    }
+
+    fn role(name: &str, replicas: u32, group: u32) -> Value {
+        json!({"name": name, "replicas": replicas, "podGroupSize": group,
+            "template": {"spec": {"containers": [{"name": "c", "image": "engine:1"}]}}})
+    }
+
+    fn target_hash(rs: &RoleSet, role: &str) -> String {
+        let spec = rs.spec.roles.iter().flatten().find(|r| r.name == role);
+        template_hash(&spec.unwrap().template.clone().unwrap_or_default())
+    }
+
+    fn labels(role: &str, hash: &str) -> Value {
+        json!({LABEL_ROLE_NAME: role, LABEL_ROLE_TEMPLATE_HASH: hash})
+    }
+
+    fn pod(name: &str, role: &str, hash: &str, ready: bool, terminating: bool) -> Arc<Pod> {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels(role, hash)},
+            "spec": {"containers": [{"name": "c", "image": "engine:1"}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        }))
+        .unwrap();
+        if terminating {
+            pod.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+        Arc::new(pod)
+    }
+
+    fn podset(name: &str, role: &str, hash: &str) -> Arc<PodSet> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "PodSet",
+                "metadata": {"name": name, "labels": labels(role, hash)},
+                "spec": {"podGroupSize": 2, "template": {"spec": {"containers": []}}},
+                "status": {"phase": "Ready", "readyPods": 2, "totalPods": 2}
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// A pass with nothing pending and no stable revision read.
+    fn pass(rs: &RoleSet, pods: &[Arc<Pod>], podsets: &[Arc<PodSet>]) -> Pass {
+        let roles = role_children(rs, pods, podsets);
+        let n = roles.len();
+        decide(PassInput {
+            roleset: rs,
+            pods,
+            podsets,
+            roles,
+            pending: vec![Pending::default(); n],
+            stable: vec![None; n],
+        })
+    }
+
+    fn rendered_labels(create: &Create) -> &BTreeMap<String, String> {
+        match &create.child {
+            NewChild::Pod(pod) => pod.labels(),
+            NewChild::PodSet(podset) => podset.labels(),
+        }
+    }
+
+    #[test]
+    fn children_of_the_other_kind_and_of_removed_roles_are_deleted() {
+        let rs = roleset(json!([role("router", 1, 1), role("decode", 1, 2)]));
+        let (router, decode) = (target_hash(&rs, "router"), target_hash(&rs, "decode"));
+        let pods = [
+            pod("router-a", "router", &router, true, false),
+            // decode became multi-node: its plain pod is an orphan.
+            pod("decode-a", "decode", &decode, true, false),
+            // prefill left the spec: its live pod goes, the terminating one is already going.
+            pod("prefill-a", "prefill", "h", true, false),
+            pod("prefill-b", "prefill", "h", true, true),
+        ];
+        let podsets = [
+            podset("decode-0", "decode", &decode),
+            // router runs plain pods: a PodSet of it is an orphan.
+            podset("router-0", "router", &router),
+            podset("prefill-0", "prefill", "h"),
+        ];
+        let pass = pass(&rs, &pods, &podsets);
+        assert_eq!(pass.orphan_pods, ["decode-a"]);
+        assert_eq!(pass.orphan_podsets, ["router-0"]);
+        assert_eq!(pass.retired_pods, ["prefill-a"]);
+        assert_eq!(pass.retired_podsets, ["prefill-0"]);
+        let counted: Vec<Vec<&str>> = pass
+            .inputs
+            .iter()
+            .map(|r| r.pods.iter().map(|p| p.name.as_str()).collect())
+            .collect();
+        assert_eq!(counted, [vec!["router-a"], vec!["decode-0"]]);
+        assert!(pass.problems.is_empty() && pass.sequence.is_none());
+    }
+
+    #[test]
+    fn creates_are_rendered_for_their_role_and_kind() {
+        let rs = roleset(json!([role("router", 2, 1), role("decode", 1, 2)]));
+        let pass = pass(&rs, &[], &[]);
+        let router = &pass.roles[0];
+        assert_eq!(router.creates.len(), 2);
+        assert!(
+            router
+                .creates
+                .iter()
+                .all(|c| matches!(c.child, NewChild::Pod(_)))
+        );
+        let decode = &pass.roles[1];
+        assert_eq!(decode.creates.len(), 1);
+        assert!(matches!(decode.creates[0].child, NewChild::PodSet(_)));
+        assert_eq!(decode.creates[0].slot, Some(0));
+        for (writes, name) in [(router, "router"), (decode, "decode")] {
+            for create in &writes.creates {
+                let labels = rendered_labels(create);
+                assert_eq!(labels[LABEL_ROLE_NAME], name);
+                assert_eq!(labels[LABEL_ROLE_TEMPLATE_HASH], target_hash(&rs, name));
+                assert!(!create.stable);
+            }
+        }
+    }
+
+    #[test]
+    fn an_unreadable_stable_revision_is_a_problem_of_its_role() {
+        let mut with_partition = role("decode", 2, 1);
+        with_partition["rollout"] = json!({"partition": 1, "stableRevision": "svc-abc"});
+        let rs = roleset(json!([role("router", 1, 1), with_partition]));
+        let roles = role_children(&rs, &[], &[]);
+        let asked: Vec<Option<&str>> = roles.iter().map(|r| r.stable_revision.as_deref()).collect();
+        assert_eq!(
+            asked,
+            [None, Some("svc-abc")],
+            "only a held-back partition asks"
+        );
+        let pass = decide(PassInput {
+            roleset: &rs,
+            pods: &[],
+            podsets: &[],
+            roles,
+            pending: vec![Pending::default(); 2],
+            stable: vec![None, Some(Err("not found".into()))],
+        });
+        assert_eq!(pass.problems, ["role decode: not found"]);
+        // Without the stable template, replacements come from the target.
+        assert!(pass.roles[1].creates.iter().all(|c| !c.stable));
+    }
+
+    #[test]
+    fn a_sequential_rollout_names_its_order() {
+        let mut first = role("decode", 1, 1);
+        first["upgradeOrder"] = json!(-1);
+        let rs = roleset(json!([role("router", 1, 1), first]));
+        let pods = [
+            pod("router-a", "router", "old", true, false),
+            pod(
+                "decode-a",
+                "decode",
+                &target_hash(&rs, "decode"),
+                true,
+                false,
+            ),
+        ];
+        let pass = pass(&rs, &pods, &[]);
+        assert_eq!(pass.sequence.as_deref(), Some("decode(-1) -> router(0)"));
+        let settled = [
+            pod(
+                "router-a",
+                "router",
+                &target_hash(&rs, "router"),
+                true,
+                false,
+            ),
+            pod(
+                "decode-a",
+                "decode",
+                &target_hash(&rs, "decode"),
+                true,
+                false,
+            ),
+        ];
+        assert_eq!(
+            super::tests::pass(&rs, &settled, &[]).sequence,
+            None,
+            "nothing rolls"
+        );
+    }
+
+    #[test]
+    fn pods_without_the_topology_affinity_are_counted() {
+        let mut rs = roleset(json!([role("router", 2, 1)]));
+        rs.metadata.labels = Some(BTreeMap::from([(
+            crate::api::keys::LABEL_STORM_SERVICE_NAME.to_string(),
+            "svc".to_string(),
+        )]));
+        rs.spec.topology_policy =
+            serde_json::from_value(json!({"scope": "Role", "key": "kubernetes.io/hostname"})).ok();
+        assert!(
+            rs.spec.topology_policy.is_some(),
+            "the test's policy parses"
+        );
+        let hash = target_hash(&rs, "router");
+        let spec = rs.spec.roles.iter().flatten().next().unwrap().clone();
+        let mut rendered = stateless_pod(&rs, &spec, &hash);
+        rendered.metadata.name = Some("router-new".into());
+        let pods = [
+            pod("router-old", "router", &hash, true, false),
+            Arc::new(rendered),
+        ];
+        assert_eq!(
+            pass(&rs, &pods, &[]).topology_pending,
+            Some((1, 0)),
+            "the pod rendered since has the affinity"
+        );
+        rs.spec.topology_policy = None;
+        assert_eq!(pass(&rs, &pods, &[]).topology_pending, None);
+    }
+
+    #[test]
+    fn in_place_writes_start_outdated_pods_and_record_only_changed_pending_reasons() {
+        let mut in_place = role("decode", 3, 1);
+        in_place["updateStrategy"] = json!({"type": "InPlaceIfPossible", "maxUnavailable": 3});
+        let rs = roleset(json!([in_place]));
+        let target = target_hash(&rs, "decode");
+        let updating = |name: &str, recorded: Option<&str>| {
+            let mut pod = (*pod(name, "decode", "old", false, false)).clone();
+            let annotations = pod.metadata.annotations.get_or_insert_default();
+            annotations.insert(ANNOTATION_IN_PLACE_TARGET_HASH.into(), target.clone());
+            if let Some(reason) = recorded {
+                annotations.insert(ANNOTATION_IN_PLACE_PENDING_REASON.into(), reason.into());
+            }
+            Arc::new(pod)
+        };
+        // A pod rendered from the template before its image changed, Ready.
+        let mut before = rs.spec.roles.as_ref().unwrap()[0].clone();
+        before
+            .template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("engine:0".into());
+        let mut outdated = stateless_pod(&rs, &before, "old");
+        outdated.metadata.name = Some("outdated".into());
+        outdated.status = pod("x", "decode", "old", true, false).status.clone();
+        let pods = [
+            updating("recorded", Some("PodNotReady")),
+            updating("unrecorded", None),
+            Arc::new(outdated),
+        ];
+        let pass = pass(&rs, &pods, &[]);
+        let writes = &pass.roles[0].in_place;
+        assert_eq!(writes.fallback, None);
+        assert_eq!(
+            writes.pending,
+            [("unrecorded".to_string(), "PodNotReady")],
+            "a reason already recorded is not written again"
+        );
+        let started: Vec<&str> = writes.start.iter().map(|s| s.pod.as_str()).collect();
+        assert_eq!(started, ["outdated"]);
+        let patch = writes.start[0].patch.to_string();
+        assert!(
+            patch.contains("engine:1") && patch.contains(&target),
+            "the patch moves the image and records the target: {patch}"
+        );
+        assert!(pass.roles[0].creates.is_empty() && pass.roles[0].action.delete.is_empty());
+    }
+
+    fn arb_child() -> impl Strategy<Value = (u8, u8, bool, bool, bool)> {
+        // (role: 0..3 where 3 is a removed role, hash: 0 target / 1 old, ready, terminating,
+        // PodSet rather than pod)
+        (0u8..4, 0u8..2, any::<bool>(), any::<bool>(), any::<bool>())
+    }
+
+    proptest! {
+        /// Whatever the cache holds, a pass deletes only observed children of the kind it
+        /// names, each at most once, never one already terminating, and renders every create
+        /// for its own role and template.
+        #[test]
+        fn a_pass_deletes_each_observed_child_at_most_once_and_renders_creates_for_their_role(
+            replicas in proptest::collection::vec(0u32..4, 3),
+            gang in proptest::collection::vec(any::<bool>(), 3),
+            children in proptest::collection::vec(arb_child(), 0..16),
+        ) {
+            let names = ["router", "prefill", "decode", "removed"];
+            let roles: Vec<Value> = (0..3)
+                .map(|i| role(names[i], replicas[i], if gang[i] { 2 } else { 1 }))
+                .collect();
+            let rs = roleset(Value::Array(roles));
+            let (mut pods, mut podsets) = (Vec::new(), Vec::new());
+            for (i, &(r, h, ready, terminating, is_podset)) in children.iter().enumerate() {
+                let role = names[usize::from(r)];
+                let hash = if h == 0 && r < 3 { target_hash(&rs, role) } else { "old".into() };
+                if is_podset {
+                    let mut ps = (*podset(&format!("ps-{i}"), role, &hash)).clone();
+                    if !ready { ps.status = None; }
+                    if terminating {
+                        ps.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+                    }
+                    podsets.push(Arc::new(ps));
+                } else {
+                    pods.push(pod(&format!("pod-{i}"), role, &hash, ready, terminating));
+                }
+            }
+            let pass = pass(&rs, &pods, &podsets);
+            let live = |name: &str| {
+                pods.iter().map(|p| &p.metadata).chain(podsets.iter().map(|p| &p.metadata))
+                    .find(|m| m.name.as_deref() == Some(name))
+                    .map(|m| m.deletion_timestamp.is_none())
+            };
+            let mut deleted = BTreeSet::new();
+            let role_deletes = pass.roles.iter().flat_map(|r| r.action.delete.iter());
+            for name in pass.orphan_pods.iter().chain(&pass.orphan_podsets)
+                .chain(&pass.retired_pods).chain(&pass.retired_podsets).chain(role_deletes)
+            {
+                prop_assert!(live(name).is_some(), "{name} was never observed");
+                prop_assert!(deleted.insert(name.clone()), "{name} deleted twice");
+            }
+            for name in pass.orphan_pods.iter().chain(&pass.retired_pods) {
+                prop_assert!(name.starts_with("pod-"), "{name} is not a pod");
+            }
+            for name in pass.orphan_podsets.iter().chain(&pass.retired_podsets) {
+                prop_assert!(name.starts_with("ps-"), "{name} is not a PodSet");
+            }
+            for name in pass.retired_pods.iter().chain(&pass.retired_podsets) {
+                prop_assert_eq!(live(name), Some(true), "{} is already going", name);
+            }
+            for (i, writes) in pass.roles.iter().enumerate() {
+                prop_assert_eq!(writes.creates.len() as u32, writes.action.creates());
+                for create in &writes.creates {
+                    prop_assert_eq!(matches!(create.child, NewChild::PodSet(_)), gang[i]);
+                    let labels = rendered_labels(create);
+                    prop_assert_eq!(&labels[LABEL_ROLE_NAME], names[i]);
+                    prop_assert_eq!(&labels[LABEL_ROLE_TEMPLATE_HASH], &writes.target_hash);
+                }
+            }
+        }
+    }
+}
