@@ -5,6 +5,7 @@ pub mod common;
 pub mod defaults;
 pub mod keys;
 pub mod limits;
+pub mod pod;
 pub mod podset;
 pub mod roleset;
 pub mod stormservice;

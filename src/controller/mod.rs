@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -25,6 +25,7 @@ use kube::{Client, ResourceExt};
 
 use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
+use crate::api::pod::CachedPod;
 use crate::api::{Condition, PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
 use crate::planner::status::{coalesce_window, only_informational_differ};
@@ -155,7 +156,7 @@ impl Expectation {
 pub struct Caches {
     /// Pods controlled by a RoleSet or a PodSet. Their watch has no label selector: a RoleSet's
     /// pods and a PodSet's carry different labels, and selectors cannot be OR'ed.
-    pub pods: Arc<Cache<Pod>>,
+    pub pods: Arc<Cache<CachedPod>>,
     /// Every PodSet.
     pub podsets: Arc<Cache<PodSet>>,
     /// Every RoleSet.
@@ -191,7 +192,7 @@ impl Caches {
         }
         let all = watcher::Config::default;
         let caches = Self {
-            pods: cache!(Pod, all(), |p: &Pod| {
+            pods: cache!(CachedPod, all(), |p: &CachedPod| {
                 controlled_by_kind::<RoleSet>(&p.metadata)
                     || controlled_by_kind::<PodSet>(&p.metadata)
             }),

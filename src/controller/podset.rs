@@ -11,8 +11,8 @@ use kube::runtime::controller::Action;
 
 use super::{Context, Error, delete_child, delete_remaining, finalized, owned_children};
 use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
+use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetStatus};
-use crate::planner::pod_ready;
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
 use crate::planner::render::gang_pod;
 use crate::planner::status::PODSET_COUNTERS;
@@ -29,7 +29,7 @@ pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action,
     .await
 }
 
-fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<Pod>> {
+fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<CachedPod>> {
     owned_children(&ctx.caches.pods, podset)
 }
 
@@ -46,23 +46,17 @@ async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     )))
 }
 
-fn gang_view(pod: &Pod) -> GangPod {
-    let status = pod.status.as_ref();
+fn gang_view(pod: &CachedPod) -> GangPod {
     GangPod {
         name: pod.name_any(),
         index: pod
             .labels()
             .get(LABEL_POD_GROUP_INDEX)
             .and_then(|i| i.parse().ok()),
-        running: !matches!(
-            status.and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        ),
+        running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
         terminating: pod.metadata.deletion_timestamp.is_some(),
-        ready: pod_ready(pod),
-        restarts: status
-            .and_then(|s| s.container_statuses.as_ref())
-            .map_or(0, |c| c.iter().map(|c| c.restart_count).sum()),
+        ready: pod.ready(),
+        restarts: pod.restarts(),
     }
 }
 

@@ -25,6 +25,7 @@ use super::{
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
 };
+use crate::api::pod::CachedPod;
 use crate::api::validation::validate_roleset;
 use crate::api::{PodSet, RoleSet};
 use crate::planner::in_place::complete_patch;
@@ -47,7 +48,7 @@ pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Actio
 }
 
 /// The RoleSet's own pods.
-fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<Pod>> {
+fn owned_pods(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<CachedPod>> {
     owned_children(&ctx.caches.pods, roleset)
 }
 
@@ -281,7 +282,7 @@ async fn write_status(
 async fn update_in_place(
     roleset: &RoleSet,
     role: &RoleWrites,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<(), Error> {

@@ -17,11 +17,3 @@ pub mod stormservice;
 /// as the ReplicaSet controller's `burstReplicas`: a large scale-out fills up over several
 /// passes, each bounded in time and memory, and a quota refusal stops it early.
 pub const MAX_CREATES_PER_PASS: u32 = 500;
-
-/// Whether a pod's Ready condition is True.
-pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}

@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
+
+use crate::api::pod::CachedPod;
 use kube::ResourceExt;
 use serde_json::Value;
 
 use super::budget::{Budget, resolve_fenceposts};
 use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
-use super::pod_ready;
 use super::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
 };
@@ -67,7 +68,7 @@ pub struct PassInput<'a> {
     /// The RoleSet as cached.
     pub roleset: &'a RoleSet,
     /// Its pods, as cached.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<CachedPod>],
     /// Its PodSets, as cached.
     pub podsets: &'a [Arc<PodSet>],
     /// [`role_children`] of this RoleSet.
@@ -168,7 +169,7 @@ pub struct Pass {
 /// The first half of a pass: the children each role counts, in spec order.
 pub fn role_children(
     roleset: &RoleSet,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     podsets: &[Arc<PodSet>],
 ) -> Vec<RoleChildren> {
     roleset
@@ -309,7 +310,7 @@ fn role_input(
     children: RoleChildren,
     pending: Pending,
     stable_hash: Option<String>,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
 ) -> RoleInput {
     let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
     let strategy = role.update_strategy.as_ref();
@@ -366,7 +367,7 @@ fn role_writes(
     input: &RoleInput,
     stable: Option<&(String, RoleSpec)>,
     action: RoleAction,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
 ) -> RoleWrites {
     let gang = role.pod_group_size_or_default() > 1;
     // The role and hash a new child of a slot (None: stateless) is rendered from.
@@ -423,16 +424,18 @@ fn in_place_writes(
     role: &RoleSpec,
     input: &RoleInput,
     action: &RoleAction,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
 ) -> InPlaceWrites {
     let find = |name: &str| {
         pods.iter()
             .find(|p| p.metadata.name.as_deref() == Some(name))
     };
+    // The few pods whose update starts or completes now, their specs decoded.
+    let whole = |name: &str| find(name).and_then(|p| p.to_pod().ok());
     let complete = action
         .in_place_complete
         .iter()
-        .filter_map(|name| find(name).map(|pod| (name.clone(), has_readiness_gate(pod))))
+        .filter_map(|name| whole(name).map(|pod| (name.clone(), has_readiness_gate(&pod))))
         .collect();
     let pending = action
         .in_place_pending
@@ -449,12 +452,12 @@ fn in_place_writes(
         .in_place_start
         .iter()
         .filter_map(|name| {
-            let pod = find(name)?;
-            let desired = desired_pod(roleset, role, &input.target_hash, pod);
+            let pod = whole(name)?;
+            let desired = desired_pod(roleset, role, &input.target_hash, &pod);
             Some(InPlaceStart {
                 pod: name.clone(),
-                gated: has_readiness_gate(pod),
-                patch: start_patch(pod, &desired, &input.target_hash),
+                gated: has_readiness_gate(&pod),
+                patch: start_patch(&pod, &desired, &input.target_hash),
             })
         })
         .collect();
@@ -490,18 +493,17 @@ fn podset_view(podset: &PodSet) -> PodView {
     }
 }
 
-fn pod_view(pod: &Pod) -> PodView {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+fn pod_view(pod: &CachedPod) -> PodView {
     PodView {
         name: pod.name_any(),
         hash: template_label(pod.labels()),
-        running: !matches!(phase, Some("Succeeded" | "Failed")),
+        running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
         terminating: pod.metadata.deletion_timestamp.is_some(),
-        ready: pod_ready(pod),
+        ready: pod.ready(),
         created: created(&pod.metadata),
         slot: slot_of(pod.labels()),
         in_place_target: in_place_target(pod).cloned(),
-        in_place_pending: in_place_target(pod).and_then(|_| pending_reason(pod)),
+        in_place_pending: in_place_target(pod).and_then(|_| pending_reason(&pod.without_spec())),
     }
 }
 
@@ -524,7 +526,7 @@ fn slot_of(labels: &BTreeMap<String, String>) -> Option<u32> {
         .and_then(|i| i.parse().ok())
 }
 
-fn in_place_target(pod: &Pod) -> Option<&String> {
+fn in_place_target(pod: &impl ResourceExt) -> Option<&String> {
     pod.annotations().get(ANNOTATION_IN_PLACE_TARGET_HASH)
 }
 
@@ -537,22 +539,27 @@ fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod
 }
 
 /// Outdated pods of an in-place role that are not being updated toward `target_hash` and
-/// cannot be, with the reason.
+/// cannot be, with the reason (their specs decoded: this is where in-place decisions read
+/// them).
 fn ineligible_pods<'a>(
     roleset: &RoleSet,
     role: &RoleSpec,
     target_hash: &str,
-    pods: impl Iterator<Item = &'a Pod>,
+    pods: impl Iterator<Item = &'a CachedPod>,
 ) -> BTreeMap<String, String> {
     pods.filter(|p| {
         p.labels().get(LABEL_ROLE_TEMPLATE_HASH).map(String::as_str) != Some(target_hash)
     })
-    .filter(|p| in_place_target(p).map(String::as_str) != Some(target_hash))
-    .filter_map(|pod| {
-        let desired = desired_pod(roleset, role, target_hash, pod);
-        eligibility(pod, &desired)
-            .err()
-            .map(|why| (pod.name_any(), why.to_string()))
+    .filter(|p| in_place_target(*p).map(String::as_str) != Some(target_hash))
+    .filter_map(|cached| {
+        let why = match cached.to_pod() {
+            Ok(pod) => {
+                let desired = desired_pod(roleset, role, target_hash, &pod);
+                eligibility(&pod, &desired).err()?.to_string()
+            }
+            Err(e) => format!("its spec does not decode: {e}"),
+        };
+        Some((cached.name_any(), why))
     })
     .collect()
 }
@@ -562,7 +569,7 @@ fn ineligible_pods<'a>(
 fn topology_pending(
     roleset: &RoleSet,
     roles: &[&RoleSpec],
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     podsets: &[Arc<PodSet>],
 ) -> Option<(usize, usize)> {
     roleset.spec.topology_policy.as_ref()?;
@@ -577,7 +584,13 @@ fn topology_pending(
         let role = role.name.as_str();
         stale_pods += of_role(pods, role)
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| lacks(role, p.spec.as_ref()))
+            .filter(|p| {
+                let spec = PodSpec {
+                    affinity: p.affinity(),
+                    ..PodSpec::default()
+                };
+                lacks(role, Some(&spec))
+            })
             .count();
         stale_podsets += of_role(podsets, role)
             .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -646,13 +659,18 @@ mod tests {
         )
     }
 
-    /// A pass with nothing pending and no stable revision read.
+    /// A pass over `pods` as the cache holds them, with nothing pending and no stable
+    /// revision read.
     fn pass(rs: &RoleSet, pods: &[Arc<Pod>], podsets: &[Arc<PodSet>]) -> Pass {
-        let roles = role_children(rs, pods, podsets);
+        let pods: Vec<Arc<CachedPod>> = pods
+            .iter()
+            .map(|p| Arc::new(CachedPod::from_pod(p)))
+            .collect();
+        let roles = role_children(rs, &pods, podsets);
         let n = roles.len();
         decide(PassInput {
             roleset: rs,
-            pods,
+            pods: &pods,
             podsets,
             roles,
             pending: vec![Pending::default(); n],

@@ -1,0 +1,267 @@
+//! A pod as the controllers cache it. A decoded `Pod` takes about four times the memory of
+//! its JSON (most of it the spec's fixed-size structs: a `Container` reserves room for every
+//! probe, lifecycle hook and security field it may have), and a fleet's pods are most of
+//! what the operator holds. Decisions read a pod's metadata and a few status fields on every
+//! pass, and its spec only for in-place updates and topology warnings: so the metadata is
+//! decoded, the status is projected to what is read, and the spec is kept as the API
+//! server's JSON, decoded where it is needed.
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// A cached pod: metadata, the status fields decisions read, and the spec as JSON.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct CachedPod {
+    /// As the API server sent it.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The spec's JSON, undecoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Box<RawValue>>,
+    /// What decisions read of the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CachedPodStatus>,
+}
+
+/// The status fields decisions read.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodStatus {
+    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Conditions, by type and status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<CachedCondition>>,
+    /// Main containers' readiness, image and restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_statuses: Option<Vec<CachedContainerStatus>>,
+}
+
+/// A pod condition, by type and status.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct CachedCondition {
+    /// `Ready`, `PodScheduled`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+}
+
+/// What decisions read of a container's status.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedContainerStatus {
+    /// Container name.
+    pub name: String,
+    /// Passes its readiness probe.
+    #[serde(default)]
+    pub ready: bool,
+    /// The image it runs, by digest (in-place updates wait for it to change).
+    #[serde(default, rename = "imageID")]
+    pub image_id: String,
+    /// Restarts so far (gang recovery counts them).
+    #[serde(default)]
+    pub restart_count: i32,
+}
+
+impl kube::Resource for CachedPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl CachedPod {
+    /// The cached form of `pod`.
+    pub fn from_pod(pod: &Pod) -> Self {
+        let json = serde_json::to_string(pod).expect("a Pod serializes");
+        serde_json::from_str(&json).expect("a serialized Pod is a cached pod")
+    }
+
+    /// The whole pod, the spec decoded: what in-place decisions compare and patch. Fails
+    /// only on a spec that is not a pod spec (the API server sent it; it is one).
+    pub fn to_pod(&self) -> Result<Pod, serde_json::Error> {
+        let spec = self
+            .spec
+            .as_deref()
+            .map(|raw| serde_json::from_str::<PodSpec>(raw.get()))
+            .transpose()?;
+        Ok(Pod {
+            spec,
+            ..self.without_spec()
+        })
+    }
+
+    /// The pod's metadata and status as a `Pod` without its spec (decisions about an
+    /// in-place update's progress read nothing else).
+    pub fn without_spec(&self) -> Pod {
+        let status = self.status.as_ref().map(|s| PodStatus {
+            phase: s.phase.clone(),
+            conditions: s.conditions.as_ref().map(|c| {
+                c.iter()
+                    .map(|c| PodCondition {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: s.container_statuses.as_ref().map(|c| {
+                c.iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name.clone(),
+                        ready: c.ready,
+                        image_id: c.image_id.clone(),
+                        restart_count: c.restart_count,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+        Pod {
+            metadata: self.metadata.clone(),
+            spec: None,
+            status,
+        }
+    }
+
+    /// The spec's affinity alone (topology warnings read nothing else).
+    pub fn affinity(&self) -> Option<Affinity> {
+        #[derive(Deserialize)]
+        struct Only {
+            affinity: Option<Affinity>,
+        }
+        let raw = self.spec.as_deref()?;
+        serde_json::from_str::<Only>(raw.get()).ok()?.affinity
+    }
+
+    /// The pod's phase.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref()?.phase.as_deref()
+    }
+
+    /// Whether its Ready condition is True.
+    pub fn ready(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }
+
+    /// Restarts of its containers, summed.
+    pub fn restarts(&self) -> i32 {
+        self.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |c| c.iter().map(|c| c.restart_count).sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"role-name": "decode"}},
+            "spec": {
+                "containers": [{"name": "engine", "image": "engine:1"}],
+                "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "zone", "labelSelector": {"matchLabels": {"a": "b"}}}]}},
+                "readinessGates": [{"conditionType": "InPlaceUpdateReady"}]
+            },
+            "status": {
+                "phase": "Running",
+                "hostIP": "10.0.0.1",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "Ready", "status": "True", "reason": "r", "message": "m"}],
+                "containerStatuses": [{"name": "engine", "image": "engine:1", "imageID": "sha256:1",
+                    "ready": true, "restartCount": 2, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_what_decisions_read() {
+        let cached = CachedPod::from_pod(&pod());
+        assert!(cached.ready());
+        assert_eq!(cached.phase(), Some("Running"));
+        assert_eq!(cached.restarts(), 2);
+        let affinity = cached.affinity().unwrap();
+        assert_eq!(
+            affinity
+                .pod_affinity
+                .unwrap()
+                .required_during_scheduling_ignored_during_execution
+                .unwrap()[0]
+                .topology_key,
+            "zone"
+        );
+        let whole = cached.to_pod().unwrap();
+        assert_eq!(whole.spec, pod().spec, "the spec is kept whole");
+        let status = whole.status.unwrap();
+        let statuses = status.container_statuses.unwrap();
+        assert_eq!(
+            (statuses[0].ready, statuses[0].image_id.as_str()),
+            (true, "sha256:1")
+        );
+        assert_eq!(status.conditions.unwrap().len(), 2);
+        assert_eq!(status.host_ip, None, "what nothing reads is not kept");
+    }
+
+    #[test]
+    fn what_nothing_reads_is_not_in_the_cached_json() {
+        let full = serde_json::to_string(&pod()).unwrap();
+        let cached = serde_json::to_string(&CachedPod::from_pod(&pod())).unwrap();
+        assert!(
+            cached.len() < full.len(),
+            "{} vs {}",
+            cached.len(),
+            full.len()
+        );
+        assert!(!cached.contains("startedAt") && !cached.contains("hostIP"));
+    }
+
+    #[test]
+    fn a_pod_without_spec_or_status_is_cached() {
+        let cached: CachedPod = serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "status": {"conditions": null}}),
+        )
+        .unwrap();
+        assert!(!cached.ready());
+        assert_eq!(cached.affinity(), None);
+        assert_eq!(cached.to_pod().unwrap().spec, None);
+    }
+}
