@@ -26,7 +26,7 @@ use kube::{Client, ResourceExt};
 use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
-use crate::api::{Condition, PodSet, RoleSet, StormService};
+use crate::api::{PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
 use crate::planner::status::{coalesce_window, only_informational_differ};
 
@@ -715,24 +715,6 @@ where
         .as_deref()
         .map(|uid| cache.owned_by(uid))
         .unwrap_or_default()
-}
-
-/// A condition stamped now for `generation`.
-pub fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-) -> Condition {
-    crate::planner::status::condition(
-        type_,
-        status,
-        reason,
-        message,
-        generation,
-        k8s_openapi::jiff::Timestamp::now(),
-    )
 }
 
 /// Deletes a child (already gone is fine), counting the write.

@@ -1,36 +1,38 @@
-//! The StormService controller (AIBRIX-REFERENCE §2.2 with SPEC §5 fixes): keeps the
-//! headless Service, writes ControllerRevisions of the template (without role replicas),
-//! asks the planner (`crate::planner::rollout::decide`) for the pass — the canary step and
-//! the RoleSets to create, delete, move in place or re-spec — carries it out, truncates
-//! history and writes the status the planner derives.
+//! The StormService controller (AIBRIX-REFERENCE §2.2 with SPEC §5 fixes): observes a
+//! StormService, its revisions, RoleSets and headless Service from the shared caches, and
+//! carries out what the planner decides — the headless Service (`planner::render`), which
+//! revision to reuse, roll back to or write and which to delete (`planner::revision`), the
+//! pass — the canary step and the RoleSets to create, delete, move in place or re-spec
+//! (`planner::rollout::decide`) — and the status (`planner::status`).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::revision::write_revision;
 use super::{
-    Context, Error, PendingCreate, condition, delete_child, delete_remaining, finalized,
-    owned_children,
+    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, owned_children,
 };
-use crate::api::keys::{
-    CONDITION_INVALID_SPEC, CONDITION_PROGRESSING, CONDITION_READY, FINALIZER_STORMSERVICE,
-    LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
-};
+use crate::api::keys::{FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_REVISION};
 use crate::api::validation::validate_stormservice;
-use crate::api::{Condition, RoleSet, StormService, StormServiceStatus};
-use crate::planner::canary::{CanaryDecision, Transition, Trigger, needs_stable_revision};
-use crate::planner::revision::{collision_count_of, holds};
+use crate::api::{Condition, RoleSet, StormService};
+use crate::planner::canary::{CanaryDecision, Transition, Trigger};
+use crate::planner::render::{headless_service, headless_service_repair};
+use crate::planner::revision::{
+    UpdateRevision, collision_count_of, current_revision, expired_revisions, sort_history,
+    update_revision,
+};
 use crate::planner::rollout::{InPlaceMove, PassInput, decide};
 use crate::planner::status::{
-    STORMSERVICE_COUNTERS, ServiceStatusInput, keep_transition_times, stormservice_status,
+    STORMSERVICE_COUNTERS, ServiceStatusInput, invalid_spec_conditions, stable_revision_missing,
+    stormservice_status, with_conditions,
 };
 use crate::planner::stormservice::PendingRoleSet;
 
@@ -92,41 +94,29 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         .invalid_spec(&namespace, &service.name_any(), !report.is_valid());
     if !report.is_valid() {
         // Objects that bypassed the webhook are reported and left alone (SPEC §5).
-        write_invalid(service, ctx, &report.error_message()).await?;
+        let conditions = invalid_spec_conditions(
+            &report.error_message(),
+            service.metadata.generation,
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        write_conditions(service, ctx, conditions).await?;
         return Ok(Action::await_change());
     }
     let service_conflict = sync_headless_service(service, ctx).await?;
     let revisions = sync_revisions(service, ctx).await?;
-    if let Some(missing) = &revisions.stable_missing
-        && service
-            .status
-            .as_ref()
-            .and_then(|s| s.canary_status.as_ref())
-            .is_some_and(needs_stable_revision)
-    {
-        // Going on without the stable template would jump the canary to 100 %.
-        let message = format!(
-            "the stable ControllerRevision {missing} is gone; the canary waits. Restore it to \
-             go on or abort, or run `squall promote --full {}` to finish on the canary revision",
-            service.name_any()
-        );
+    let now = k8s_openapi::jiff::Timestamp::now();
+    if let Some(held) = stable_revision_missing(service, revisions.stable_missing.as_deref(), now) {
         if ctx.once_per_generation(service, "stable revision missing") {
+            let message = held.message.clone().unwrap_or_default();
             ctx.warn(
                 "stormservice",
                 service,
                 "StableRevisionMissing",
                 "Canary",
-                message.clone(),
+                message,
             )
             .await;
         }
-        let held = condition(
-            CONDITION_PROGRESSING,
-            "False",
-            "StableRevisionMissing",
-            message,
-            service.metadata.generation,
-        );
         write_conditions(service, ctx, vec![held]).await?;
         return Ok(Action::await_change());
     }
@@ -158,7 +148,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             })
             .collect(),
         pending_deletes: expectation.deletes.clone(),
-        now: k8s_openapi::jiff::Timestamp::now().as_second(),
+        now: now.as_second(),
     })?;
     let action = &pass.action;
 
@@ -335,7 +325,6 @@ async fn sync_headless_service(
     let namespace = service.namespace().unwrap_or_default();
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let name = service.name_any();
-    let selector = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), name.clone())]);
     let cached = ctx
         .caches
         .services
@@ -344,24 +333,7 @@ async fn sync_headless_service(
     let existing = match cached {
         Some(ours) => ours,
         None => {
-            let mut labels = service.metadata.labels.clone().unwrap_or_default();
-            labels.extend(selector.clone());
-            let desired = Service {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: service.namespace(),
-                    labels: Some(labels),
-                    owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(ServiceSpec {
-                    cluster_ip: Some("None".into()),
-                    selector: Some(selector.clone()),
-                    publish_not_ready_addresses: Some(true),
-                    ..ServiceSpec::default()
-                }),
-                status: None,
-            };
+            let desired = headless_service(service);
             match api.create(&PostParams::default(), &desired).await {
                 Ok(_) => {
                     ctx.metrics.api_write("stormservice", "create", "services");
@@ -405,16 +377,7 @@ async fn sync_headless_service(
         }
         return Ok(Some(message));
     }
-    let spec = existing.spec.clone().unwrap_or_default();
-    let labelled = existing.labels().get(LABEL_STORM_SERVICE_NAME) == Some(&name);
-    if !labelled
-        || spec.selector.as_ref() != Some(&selector)
-        || spec.publish_not_ready_addresses != Some(true)
-    {
-        let patch = json!({
-            "metadata": {"labels": {LABEL_STORM_SERVICE_NAME: name}},
-            "spec": {"selector": selector, "publishNotReadyAddresses": true},
-        });
+    if let Some(patch) = headless_service_repair(&existing, &name) {
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         ctx.metrics.api_write("stormservice", "patch", "services");
@@ -443,26 +406,17 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
         .into_iter()
         .map(Arc::unwrap_or_clone)
         .collect();
-    history.sort_by(|a, b| {
-        (a.revision, &a.metadata.creation_timestamp, a.name_any()).cmp(&(
-            b.revision,
-            &b.metadata.creation_timestamp,
-            b.name_any(),
-        ))
-    });
+    sort_history(&mut history);
     let status = service.status.clone().unwrap_or_default();
     let mut collision_count = u32::try_from(status.collision_count.unwrap_or(0)).unwrap_or(0);
-    let next = history.last().map_or(1, |r| r.revision + 1);
     let template = &service.spec.template;
-    let equal = history.iter().rposition(|r| holds(r, template));
-    let update = match equal {
-        Some(i) if i + 1 == history.len() => history[i].clone(),
-        Some(i) => {
-            // A rollback: the old revision becomes the newest.
-            let patch = json!({"revision": next});
+    let update = match update_revision(&history, template) {
+        UpdateRevision::Newest(i) => history[i].clone(),
+        UpdateRevision::Rollback { index, revision } => {
+            let patch = json!({"revision": revision});
             let bumped = api
                 .patch(
-                    &history[i].name_any(),
+                    &history[index].name_any(),
                     &PatchParams::default(),
                     &Patch::Merge(&patch),
                 )
@@ -471,9 +425,9 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
                 .api_write("stormservice", "patch", "controllerrevisions");
             bumped
         }
-        None => {
+        UpdateRevision::Create { revision } => {
             let (created, count) =
-                write_revision(&api, service, template, next, collision_count).await?;
+                write_revision(&api, service, template, revision, collision_count).await?;
             ctx.metrics
                 .api_write("stormservice", "create", "controllerrevisions");
             collision_count = count;
@@ -483,18 +437,8 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
     if let Some(used) = collision_count_of(&update) {
         collision_count = collision_count.max(used);
     }
-    let stored = status
-        .current_revision
-        .as_ref()
-        .map(|name| (name, history.iter().find(|r| &r.name_any() == name)));
-    let stable_missing = match stored {
-        Some((name, None)) if *name != update.name_any() => Some(name.clone()),
-        _ => None,
-    };
-    let current = stored
-        .and_then(|(_, found)| found)
-        .cloned()
-        .unwrap_or_else(|| update.clone());
+    let (current, stable_missing) =
+        current_revision(&history, status.current_revision.as_deref(), &update);
     Ok(Revisions {
         current,
         update,
@@ -515,93 +459,37 @@ async fn truncate_history(
         .spec
         .revision_history_limit
         .map_or(DEFAULT_HISTORY_LIMIT, |l| usize::try_from(l).unwrap_or(0));
-    let mut live: Vec<String> = vec![revisions.current.name_any(), revisions.update.name_any()];
-    live.extend(
+    let mut in_use: BTreeSet<String> =
+        BTreeSet::from([revisions.current.name_any(), revisions.update.name_any()]);
+    in_use.extend(
         rolesets
             .iter()
             .filter_map(|r| r.labels().get(LABEL_STORM_SERVICE_REVISION).cloned()),
     );
-    let candidates: Vec<&ControllerRevision> = revisions
-        .history
-        .iter()
-        .filter(|r| !live.contains(&r.name_any()))
-        .collect();
-    if candidates.len() <= limit {
+    let expired = expired_revisions(&revisions.history, &in_use, limit);
+    if expired.is_empty() {
         return Ok(());
     }
     let api: Api<ControllerRevision> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
-    for revision in &candidates[..candidates.len() - limit] {
-        delete_child(
-            &api,
-            &revision.name_any(),
-            ctx,
-            "stormservice",
-            "controllerrevisions",
-        )
-        .await?;
+    for name in &expired {
+        delete_child(&api, name, ctx, "stormservice", "controllerrevisions").await?;
     }
     Ok(())
 }
 
-/// Reports a spec the validator rejects (`InvalidSpec`), keeping other status fields.
-async fn write_invalid(service: &StormService, ctx: &Context, message: &str) -> Result<(), Error> {
-    let generation = service.metadata.generation;
-    let conditions = vec![
-        condition(
-            CONDITION_INVALID_SPEC,
-            "True",
-            "ValidationFailed",
-            message.to_string(),
-            generation,
-        ),
-        condition(
-            CONDITION_READY,
-            "False",
-            "InvalidSpec",
-            "the spec is invalid; RoleSets are left as they are".into(),
-            generation,
-        ),
-    ];
-    write_conditions(service, ctx, conditions).await
-}
-
 /// Writes `conditions` over those of the same types, keeping every other status field: the
-/// report of a pass that stops before planning.
+/// report of a pass that stops before planning. These answer a user (an invalid spec, a
+/// revision they deleted): never held back.
 async fn write_conditions(
     service: &StormService,
     ctx: &Context,
-    new: Vec<Condition>,
+    conditions: Vec<Condition>,
 ) -> Result<(), Error> {
-    let old = service.status.clone().unwrap_or_default();
-    let mut conditions: Vec<_> = old
-        .conditions
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| new.iter().all(|n| n.type_ != c.type_))
-        .collect();
-    conditions.extend(new);
-    keep_transition_times(
-        &mut conditions,
-        old.conditions.as_deref().unwrap_or_default(),
-    );
-    let status = StormServiceStatus {
-        observed_generation: service.metadata.generation,
-        conditions: Some(conditions),
-        ..old
-    };
-    // These conditions answer a user (an invalid spec, a revision they deleted): never held
-    // back.
-    ctx.write_status(
-        "stormservice",
-        service,
-        service.status.as_ref(),
-        None,
-        &status,
-        None,
-    )
-    .await?;
+    let stored = service.status.as_ref();
+    let status = with_conditions(stored, conditions, service.metadata.generation);
+    ctx.write_status("stormservice", service, stored, None, &status, None)
+        .await?;
     Ok(())
 }
 

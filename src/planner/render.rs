@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, WeightedPodAffinityTerm,
+    Container, EnvVar, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, Service, ServiceSpec,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
@@ -17,7 +18,9 @@ use crate::api::keys::{
     LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
     LABEL_STORM_SERVICE_NAME,
 };
-use crate::api::{PodSet, PodSetSpec, RoleSet, RoleSpec, TopologyMode, TopologyScope};
+use crate::api::{
+    PodSet, PodSetSpec, RoleSet, RoleSpec, StormService, TopologyMode, TopologyScope,
+};
 
 /// Kubernetes' "safe" alphabet for generated strings (no vowels, no look-alikes).
 pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -397,6 +400,54 @@ pub fn has_affinity(spec: &PodSpec, term: &PodAffinityTerm, mode: TopologyMode) 
     }
 }
 
+/// The headless Service of `service` (AIBRIX-REFERENCE §2.2.2): its name, selecting its pods
+/// by `storm-service-name`, publishing the addresses of pods not yet Ready, carrying the
+/// StormService's labels and that one (how the Services cache finds it), owned by it.
+pub fn headless_service(service: &StormService) -> Service {
+    let name = service.name_any();
+    let selector = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), name.clone())]);
+    let mut labels = service.metadata.labels.clone().unwrap_or_default();
+    labels.extend(selector.clone());
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: service.namespace(),
+            labels: Some(labels),
+            owner_references: service.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector),
+            publish_not_ready_addresses: Some(true),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The merge patch that restores what squall keeps of the headless Service of the
+/// StormService `name` — its label, selector and `publishNotReadyAddresses` — when any of them
+/// drifted; None when none did (everything else on it is left as it is).
+pub fn headless_service_repair(existing: &Service, name: &str) -> Option<Value> {
+    let selector = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), name.to_string())]);
+    let spec = existing.spec.as_ref();
+    let labelled = existing
+        .labels()
+        .get(LABEL_STORM_SERVICE_NAME)
+        .map(String::as_str)
+        == Some(name);
+    let drifted = !labelled
+        || spec.and_then(|s| s.selector.as_ref()) != Some(&selector)
+        || spec.and_then(|s| s.publish_not_ready_addresses) != Some(true);
+    drifted.then(|| {
+        serde_json::json!({
+            "metadata": {"labels": {LABEL_STORM_SERVICE_NAME: name}},
+            "spec": {"selector": selector, "publishNotReadyAddresses": true},
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,5 +654,51 @@ mod tests {
             (owner.kind.as_str(), owner.controller),
             ("RoleSet", Some(true))
         );
+    }
+
+    #[test]
+    fn the_headless_service_selects_its_pods_and_is_repaired_only_when_it_drifted() {
+        let service: StormService = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": "svc", "namespace": "ns", "uid": "u-1", "labels": {"team": "a"}},
+            "spec": {"selector": {"matchLabels": {"app": "svc"}},
+                     "template": {"spec": {"roles": []}}}
+        }))
+        .unwrap();
+        let rendered = headless_service(&service);
+        let spec = rendered.spec.as_ref().unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(
+            spec.selector.as_ref().unwrap()[LABEL_STORM_SERVICE_NAME],
+            "svc"
+        );
+        let labels = rendered.labels();
+        assert_eq!(
+            (
+                labels["team"].as_str(),
+                labels[LABEL_STORM_SERVICE_NAME].as_str()
+            ),
+            ("a", "svc")
+        );
+        assert_eq!(rendered.owner_references()[0].uid, "u-1");
+        assert_eq!(
+            headless_service_repair(&rendered, "svc"),
+            None,
+            "as rendered"
+        );
+
+        let mut drifted = rendered.clone();
+        drifted.spec.as_mut().unwrap().publish_not_ready_addresses = None;
+        drifted.spec.as_mut().unwrap().ports = Some(vec![Default::default()]);
+        let patch = headless_service_repair(&drifted, "svc").unwrap();
+        assert_eq!(patch["spec"]["publishNotReadyAddresses"], json!(true));
+        assert!(
+            patch["spec"].get("ports").is_none(),
+            "what squall does not keep stays"
+        );
+        let mut unlabelled = rendered;
+        unlabelled.metadata.labels = None;
+        assert!(headless_service_repair(&unlabelled, "svc").is_some());
     }
 }

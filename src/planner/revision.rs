@@ -7,6 +7,8 @@
 //! does) never creates a revision. It is stored as canonical JSON (sorted keys), so equal
 //! templates give byte-equal data and equal hashes.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::ResourceExt;
@@ -154,6 +156,90 @@ pub fn role_template(
         })
 }
 
+/// Where the update revision comes from (AIBRIX-REFERENCE §2.2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateRevision {
+    /// The newest revision, `history[i]`, holds the template: it is reused.
+    Newest(usize),
+    /// An older one, `history[index]`, holds it — a rollback: it becomes the newest,
+    /// renumbered `revision`.
+    Rollback {
+        /// Its place in the history.
+        index: usize,
+        /// Its new number.
+        revision: i64,
+    },
+    /// None holds it: a revision numbered `revision` is written.
+    Create {
+        /// The new revision's number.
+        revision: i64,
+    },
+}
+
+/// Orders a StormService's revisions oldest first: by number, then creation, then name.
+pub fn sort_history(history: &mut [ControllerRevision]) {
+    history.sort_by(|a, b| {
+        (a.revision, &a.metadata.creation_timestamp, a.name_any()).cmp(&(
+            b.revision,
+            &b.metadata.creation_timestamp,
+            b.name_any(),
+        ))
+    });
+}
+
+/// Where the update revision of `template` comes from, over `history` sorted oldest first.
+pub fn update_revision(
+    history: &[ControllerRevision],
+    template: &RoleSetTemplateSpec,
+) -> UpdateRevision {
+    let next = history.last().map_or(1, |r| r.revision + 1);
+    match history.iter().rposition(|r| holds(r, template)) {
+        Some(i) if i + 1 == history.len() => UpdateRevision::Newest(i),
+        Some(index) => UpdateRevision::Rollback {
+            index,
+            revision: next,
+        },
+        None => UpdateRevision::Create { revision: next },
+    }
+}
+
+/// The revision RoleSets come from — the stored `currentRevision` while the history holds
+/// it, else `update` — and the stored name when that revision is gone (and is not the
+/// update's).
+pub fn current_revision(
+    history: &[ControllerRevision],
+    stored: Option<&str>,
+    update: &ControllerRevision,
+) -> (ControllerRevision, Option<String>) {
+    let Some(stored) = stored else {
+        return (update.clone(), None);
+    };
+    match history
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(stored))
+    {
+        Some(found) => (found.clone(), None),
+        None if update.metadata.name.as_deref() == Some(stored) => (update.clone(), None),
+        None => (update.clone(), Some(stored.to_string())),
+    }
+}
+
+/// The revisions to delete: the oldest beyond `limit` of those nothing uses (`in_use`: the
+/// current and update revisions and every RoleSet's).
+pub fn expired_revisions(
+    history: &[ControllerRevision],
+    in_use: &BTreeSet<String>,
+    limit: usize,
+) -> Vec<String> {
+    let unused: Vec<String> = history
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|name| !in_use.contains(name))
+        .collect();
+    let excess = unused.len().saturating_sub(limit);
+    unused.into_iter().take(excess).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +344,109 @@ mod tests {
             role_template(&empty, "decode"),
             Err(RevisionError::Malformed { .. })
         ));
+    }
+
+    fn revision(name: &str, number: i64, template: &RoleSetTemplateSpec) -> ControllerRevision {
+        ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+                revision_data(template),
+            )),
+            revision: number,
+        }
+    }
+
+    #[test]
+    fn the_update_revision_is_reused_rolled_back_to_or_created() {
+        let (one, two, three) = (
+            template(1, "engine:1"),
+            template(1, "engine:2"),
+            template(1, "engine:3"),
+        );
+        let mut history = vec![revision("b", 2, &two), revision("a", 1, &one)];
+        sort_history(&mut history);
+        assert_eq!(history[0].name_any(), "a", "oldest first");
+        assert_eq!(update_revision(&history, &two), UpdateRevision::Newest(1));
+        assert_eq!(
+            update_revision(&history, &template(5, "engine:2")),
+            UpdateRevision::Newest(1),
+            "role replicas are no new revision"
+        );
+        assert_eq!(
+            update_revision(&history, &one),
+            UpdateRevision::Rollback {
+                index: 0,
+                revision: 3
+            }
+        );
+        assert_eq!(
+            update_revision(&history, &three),
+            UpdateRevision::Create { revision: 3 }
+        );
+        assert_eq!(
+            update_revision(&[], &three),
+            UpdateRevision::Create { revision: 1 }
+        );
+    }
+
+    #[test]
+    fn the_current_revision_is_the_stored_one_while_it_exists() {
+        let (one, two) = (template(1, "engine:1"), template(1, "engine:2"));
+        let history = vec![revision("a", 1, &one), revision("b", 2, &two)];
+        let update = &history[1];
+        let (current, missing) = current_revision(&history, Some("a"), update);
+        assert_eq!((current.name_any(), missing), ("a".to_string(), None));
+        let (current, missing) = current_revision(&history, None, update);
+        assert_eq!((current.name_any(), missing), ("b".to_string(), None));
+        let (current, missing) = current_revision(&history, Some("gone"), update);
+        assert_eq!(
+            (current.name_any(), missing),
+            ("b".to_string(), Some("gone".to_string()))
+        );
+        let fresh = revision("c", 3, &template(1, "engine:3"));
+        let (current, missing) = current_revision(&history, Some("c"), &fresh);
+        assert_eq!(
+            (current.name_any(), missing),
+            ("c".to_string(), None),
+            "a revision written this pass is not missing"
+        );
+    }
+
+    proptest::proptest! {
+        /// History truncation never deletes a revision in use, deletes the oldest unused ones
+        /// first, and keeps `limit` unused ones when there are that many.
+        #[test]
+        fn expired_revisions_are_the_oldest_unused_beyond_the_limit(
+            used in proptest::collection::vec(proptest::bool::ANY, 0..20),
+            limit in 0usize..8,
+        ) {
+            let t = template(1, "engine:1");
+            let history: Vec<ControllerRevision> = (0..used.len())
+                .map(|i| revision(&format!("r{i:02}"), i as i64, &t))
+                .collect();
+            let in_use: BTreeSet<String> = used
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| **u)
+                .map(|(i, _)| format!("r{i:02}"))
+                .collect();
+            let expired = expired_revisions(&history, &in_use, limit);
+            let unused = used.len() - in_use.len();
+            proptest::prop_assert_eq!(expired.len(), unused.saturating_sub(limit));
+            proptest::prop_assert!(expired.iter().all(|n| !in_use.contains(n)));
+            let mut sorted = expired.clone();
+            sorted.sort();
+            proptest::prop_assert_eq!(&sorted, &expired, "oldest first");
+            let kept_unused = history
+                .iter()
+                .map(ResourceExt::name_any)
+                .filter(|n| !in_use.contains(n) && !expired.contains(n));
+            for kept in kept_unused {
+                proptest::prop_assert!(expired.iter().all(|e| e < &kept), "{} kept over a newer one", kept);
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use super::canary::CanaryDecision;
+use super::canary::{CanaryDecision, needs_stable_revision};
 use super::roleset::{PodView, RoleInput};
 use crate::api::keys::{
     CONDITION_INVALID_SPEC, CONDITION_PAUSED, CONDITION_PROGRESSING, CONDITION_READY,
@@ -136,6 +136,85 @@ pub fn keep_transition_times(conditions: &mut [Condition], old: &[Condition]) {
             c.last_transition_time = previous.last_transition_time.clone();
         }
     }
+}
+
+/// `stored` with `new` conditions over those of the same types (transition times kept where
+/// a status did not change) and every other field as it was: the report of a pass that stops
+/// before planning.
+pub fn with_conditions(
+    stored: Option<&StormServiceStatus>,
+    new: Vec<Condition>,
+    generation: Option<i64>,
+) -> StormServiceStatus {
+    let old = stored.cloned().unwrap_or_default();
+    let previous = old.conditions.clone().unwrap_or_default();
+    let mut conditions: Vec<Condition> = previous
+        .iter()
+        .filter(|c| new.iter().all(|n| n.type_ != c.type_))
+        .cloned()
+        .collect();
+    conditions.extend(new);
+    keep_transition_times(&mut conditions, &previous);
+    StormServiceStatus {
+        observed_generation: generation,
+        conditions: Some(conditions),
+        ..old
+    }
+}
+
+/// The conditions of a StormService whose spec the validator rejects: `InvalidSpec` True
+/// with the validator's message, not Ready (its RoleSets are left as they are, SPEC §5).
+pub fn invalid_spec_conditions(
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    vec![
+        condition(
+            CONDITION_INVALID_SPEC,
+            "True",
+            "ValidationFailed",
+            message.to_string(),
+            generation,
+            now,
+        ),
+        condition(
+            CONDITION_READY,
+            "False",
+            "InvalidSpec",
+            "the spec is invalid; RoleSets are left as they are".into(),
+            generation,
+            now,
+        ),
+    ]
+}
+
+/// When the stable revision `missing` is gone while the canary of `service` needs it, the
+/// canary waits — going on without the stable template would jump it to 100 % — and
+/// `Progressing` says why and what to do. None when nothing waits on it.
+pub fn stable_revision_missing(
+    service: &StormService,
+    missing: Option<&str>,
+    now: Timestamp,
+) -> Option<Condition> {
+    let missing = missing?;
+    let canary = service.status.as_ref()?.canary_status.as_ref()?;
+    if !needs_stable_revision(canary) {
+        return None;
+    }
+    let message = format!(
+        "the stable ControllerRevision {missing} is gone; the canary waits. Restore it to \
+         go on or abort, or run `squall promote --full {}` to finish on the canary revision",
+        service.name_any()
+    );
+    Some(condition(
+        CONDITION_PROGRESSING,
+        "False",
+        "StableRevisionMissing",
+        message,
+        service.metadata.generation,
+        now,
+    ))
 }
 
 /// The replica counts of one role, from its observed children.
@@ -1038,5 +1117,85 @@ mod tests {
                 prop_assert_eq!(&ready_after.last_transition_time, &Some(Time(at(later))));
             }
         }
+    }
+
+    #[test]
+    fn conditions_written_before_planning_replace_their_types_and_keep_the_rest() {
+        let then = Timestamp::from_second(1_000).unwrap();
+        let now = Timestamp::from_second(2_000).unwrap();
+        let stored = StormServiceStatus {
+            replicas: 3,
+            conditions: Some(vec![
+                condition(
+                    CONDITION_READY,
+                    "False",
+                    "InvalidSpec",
+                    "old".into(),
+                    Some(1),
+                    then,
+                ),
+                condition(
+                    CONDITION_PROGRESSING,
+                    "True",
+                    "Rolling",
+                    "x".into(),
+                    Some(1),
+                    then,
+                ),
+            ]),
+            ..StormServiceStatus::default()
+        };
+        let status = with_conditions(
+            Some(&stored),
+            invalid_spec_conditions("spec.replicas: must be >= 0", Some(2), now),
+            Some(2),
+        );
+        assert_eq!(status.replicas, 3, "other fields are kept");
+        assert_eq!(status.observed_generation, Some(2));
+        let conditions = status.conditions.unwrap();
+        let find = |t: &str| conditions.iter().find(|c| c.type_ == t).unwrap();
+        assert_eq!(conditions.len(), 3);
+        assert_eq!(find(CONDITION_PROGRESSING).message.as_deref(), Some("x"));
+        assert_eq!(
+            find(CONDITION_INVALID_SPEC).message.as_deref(),
+            Some("spec.replicas: must be >= 0")
+        );
+        assert_eq!(
+            find(CONDITION_READY).last_transition_time,
+            Some(Time(then)),
+            "Ready stayed False: its transition time stays"
+        );
+        assert_eq!(
+            find(CONDITION_INVALID_SPEC).last_transition_time,
+            Some(Time(now))
+        );
+    }
+
+    #[test]
+    fn a_missing_stable_revision_holds_only_a_canary_that_needs_it() {
+        let now = Timestamp::from_second(2_000).unwrap();
+        let canary = |phase: CanaryPhase| StormServiceStatus {
+            canary_status: Some(crate::api::CanaryStatus {
+                phase: Some(phase),
+                ..Default::default()
+            }),
+            ..StormServiceStatus::default()
+        };
+        let running = service(2, false, Some(canary(CanaryPhase::Paused)));
+        let held = stable_revision_missing(&running, Some("llm-abc"), now).unwrap();
+        assert_eq!(
+            (held.type_.as_str(), held.status.as_str()),
+            (CONDITION_PROGRESSING, "False")
+        );
+        let message = held.message.unwrap();
+        assert!(message.contains("llm-abc") && message.contains("squall promote --full llm"));
+        assert_eq!(stable_revision_missing(&running, None, now), None);
+        let done = service(2, false, Some(canary(CanaryPhase::Completed)));
+        assert_eq!(stable_revision_missing(&done, Some("llm-abc"), now), None);
+        assert_eq!(
+            stable_revision_missing(&service(2, false, None), Some("llm-abc"), now),
+            None,
+            "no canary, nothing waits"
+        );
     }
 }
