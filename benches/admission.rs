@@ -1,17 +1,22 @@
-//! Admission benchmark: requests/s and p50/p99 latency of the mutate and validate webhooks
-//! over TLS with keep-alive, at concurrency 1, 16 and 64, side by side with a no-op handler
-//! on the same stack (TLS, hyper, axum, body read) in the same run. The ratio to the no-op
-//! handler is the cost of squall's own admission logic.
+//! Admission benchmark: the mutate and validate webhooks over TLS with keep-alive, at
+//! concurrency 1, 16 and 64, side by side with a no-op handler in the same run. The no-op
+//! goes through the same layers as the webhooks (TLS, hyper, axum, timeouts, the body bounds,
+//! the review thread) and answers a fixed AdmissionReview without reading the body, so the
+//! ratios are the cost of squall's own admission logic.
+//!
+//! Per cell: CPU time per request (this process: client and server, user and kernel — stable
+//! on a noisy 2-core machine, where req/s swings between runs), requests/s and p50 / p99
+//! latency. Then the heap allocations one review makes (a counting allocator around the
+//! system one), for each webhook.
 //!
 //! Run with `make bench` (`cargo bench --bench admission`); each cell runs for
 //! `BENCH_SECONDS` (default 3) seconds. Loopback only.
 
+use std::alloc::System;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes as AxumBytes;
-use axum::routing::post;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -19,12 +24,35 @@ use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
 use squall::metrics::Metrics;
-use squall::server::{CertResolver, serve_tls, tls_config, webhook_router};
-use squall::webhook::Hook;
+use squall::server::{CertResolver, admission_router, serve_tls, tls_config, webhook_router};
+use squall::webhook::{Answer, BadRequest, Hook, Verdict, review};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use time::OffsetDateTime;
 use tokio::net::TcpListener;
 
-const NOOP_PATH: &str = "/noop";
+#[global_allocator]
+static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Reviews per allocation count.
+const COUNTED_REVIEWS: usize = 1000;
+
+/// The no-op handler: a fixed answer, the body unread.
+fn noop(_hook: Hook, _body: &[u8]) -> Result<Answer, BadRequest> {
+    Ok(Answer {
+        json: br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"00000000-0000-0000-0000-000000000001","allowed":true}}"#.to_vec(),
+        verdict: Verdict::Allowed,
+    })
+}
+
+/// CPU seconds this process has used (user + kernel), from /proc (clock ticks of 10 ms:
+/// a cell uses hundreds of them).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let after_comm = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
 
 fn review_body() -> Bytes {
     let stormservice = json!({
@@ -65,8 +93,19 @@ fn review_body() -> Bytes {
 struct Cell {
     requests: usize,
     elapsed: Duration,
+    cpu: Duration,
     p50: Duration,
     p99: Duration,
+}
+
+impl Cell {
+    fn rate(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn cpu_per_request(&self) -> Duration {
+        self.cpu / u32::try_from(self.requests).expect("requests fit")
+    }
 }
 
 /// Keeps `concurrency` keep-alive connections busy on `path` for `duration`.
@@ -78,6 +117,7 @@ async fn run_cell(
     duration: Duration,
 ) -> Cell {
     let body = review_body();
+    let cpu_before = cpu_seconds();
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = Vec::new();
@@ -115,11 +155,13 @@ async fn run_cell(
         latencies.extend(task.await.expect("client task"));
     }
     let elapsed = started.elapsed();
+    let cpu = Duration::from_secs_f64(cpu_seconds() - cpu_before);
     latencies.sort();
     let pick = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
     Cell {
         requests: latencies.len(),
         elapsed,
+        cpu,
         p50: pick(0.50),
         p99: pick(0.99),
     }
@@ -145,17 +187,25 @@ async fn main() {
     let resolver = Arc::new(CertResolver::default());
     resolver.publish(&tls_crt, &tls_key).unwrap();
 
-    // The webhook routes and a no-op route behind the same TLS, hyper and axum stack.
-    let router = webhook_router(Arc::new(Metrics::default())).route(
-        NOOP_PATH,
-        post(|_body: AxumBytes| async {
-            r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#
-        }),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(serve_tls(listener, tls_config(resolver), router, stop_rx));
+    // The webhooks, and the no-op behind the same layers, on servers of their own.
+    let mut addrs = Vec::new();
+    let mut stops = Vec::new();
+    for router in [
+        webhook_router(Arc::new(Metrics::default())),
+        admission_router(Arc::new(Metrics::default()), noop),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap());
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        stops.push(stop);
+        tokio::spawn(serve_tls(
+            listener,
+            tls_config(resolver.clone()),
+            router,
+            stop_rx,
+        ));
+    }
+    let (webhooks, noop_addr) = (addrs[0], addrs[1]);
 
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_crt.as_bytes()) {
@@ -171,27 +221,38 @@ async fn main() {
         "admission benchmark: TLS + HTTP/1.1 keep-alive on loopback, {seconds} s per cell, a 3-role StormService review"
     );
     println!(
-        "{:<10} {:>5} {:>10} {:>10} {:>10} {:>16}",
-        "handler", "conc", "req/s", "p50", "p99", "req/s vs no-op"
+        "{:<10} {:>5} {:>12} {:>10} {:>10} {:>10} {:>10}",
+        "handler", "conc", "CPU/req", "req/s", "p50", "p99", "vs no-op"
     );
     let mut table = String::from(
-        "| concurrency | no-op req/s | mutate req/s (ratio, p50 / p99) | validate req/s (ratio, p50 / p99) |\n|---|---|---|---|\n",
+        "| concurrency | no-op: CPU / req, req/s, p99 | mutate: CPU / req (ratio), req/s (ratio), p50 / p99 | validate: CPU / req (ratio), req/s (ratio), p50 / p99 |\n|---|---|---|---|\n",
     );
     for concurrency in [1, 16, 64] {
         let duration = Duration::from_secs(seconds);
-        let noop = run_cell(addr, client_tls.clone(), NOOP_PATH, concurrency, duration).await;
-        let noop_rate = noop.requests as f64 / noop.elapsed.as_secs_f64();
+        let noop = run_cell(
+            noop_addr,
+            client_tls.clone(),
+            Hook::MutateStormService.path(),
+            concurrency,
+            duration,
+        )
+        .await;
         let print = |label: &str, cell: &Cell| {
-            let rate = cell.requests as f64 / cell.elapsed.as_secs_f64();
+            // The ratios are the no-op's cost over the webhook's: 1.00× costs nothing more.
+            let cpu_ratio =
+                noop.cpu_per_request().as_secs_f64() / cell.cpu_per_request().as_secs_f64();
+            let rate_ratio = cell.rate() / noop.rate();
             println!(
-                "{label:<10} {concurrency:>5} {rate:>10.0} {:>10.2?} {:>10.2?} {:>15.2}x",
+                "{label:<10} {concurrency:>5} {:>12.2?} {:>10.0} {:>10.2?} {:>10.2?} {cpu_ratio:>5.2}x CPU, {rate_ratio:.2}x req/s",
+                cell.cpu_per_request(),
+                cell.rate(),
                 cell.p50,
                 cell.p99,
-                rate / noop_rate
             );
             format!(
-                "{rate:.0} ({:.2}×, {:.2?} / {:.2?})",
-                rate / noop_rate,
+                "{:.1?} ({cpu_ratio:.2}×), {:.0} ({rate_ratio:.2}×), {:.2?} / {:.2?}",
+                cell.cpu_per_request(),
+                cell.rate(),
                 cell.p50,
                 cell.p99
             )
@@ -202,14 +263,55 @@ async fn main() {
             ("mutate", Hook::MutateStormService),
             ("validate", Hook::ValidateStormService),
         ] {
-            let cell = run_cell(addr, client_tls.clone(), hook.path(), concurrency, duration).await;
+            let cell = run_cell(
+                webhooks,
+                client_tls.clone(),
+                hook.path(),
+                concurrency,
+                duration,
+            )
+            .await;
             cells.push(print(label, &cell));
         }
         table.push_str(&format!(
-            "| {concurrency} | {noop_rate:.0} | {} | {} |\n",
-            cells[0], cells[1]
+            "| {concurrency} | {:.1?}, {:.0}, {:.2?} | {} | {} |\n",
+            noop.cpu_per_request(),
+            noop.rate(),
+            noop.p99,
+            cells[0],
+            cells[1]
         ));
     }
+    drop(stops);
+
+    // Heap allocations per review, on this thread (the server's threads are idle now).
+    let body = review_body();
+    let mut counts = Vec::new();
+    for (label, hook) in [
+        ("mutate", Hook::MutateStormService),
+        ("validate", Hook::ValidateStormService),
+    ] {
+        let region = Region::new(ALLOCATOR);
+        for _ in 0..COUNTED_REVIEWS {
+            std::hint::black_box(review(hook, std::hint::black_box(&body)).expect("answered"));
+        }
+        let stats = region.change();
+        let per = |n: usize| n as f64 / COUNTED_REVIEWS as f64;
+        println!(
+            "{label}: {:.1} allocations, {:.0} bytes allocated per review",
+            per(stats.allocations + stats.reallocations),
+            per(stats.bytes_allocated)
+        );
+        counts.push(format!(
+            "{label} {:.1} ({:.0} bytes)",
+            per(stats.allocations + stats.reallocations),
+            per(stats.bytes_allocated)
+        ));
+    }
+    table.push_str(&format!(
+        "\nHeap allocations per review (reallocations included): {}.\n",
+        counts.join(", ")
+    ));
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out).expect("target/bench");
     std::fs::write(out.join("admission.md"), table).expect("write target/bench/admission.md");

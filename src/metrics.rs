@@ -73,6 +73,61 @@ struct WebhookLabels {
     webhook: String,
 }
 
+/// How an admission request ended: the `verdict` label of `squall_admission_requests_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionOutcome {
+    /// Allowed unchanged.
+    Allowed,
+    /// Allowed with a patch.
+    Patched,
+    /// Denied.
+    Denied,
+    /// Not an AdmissionReview (HTTP 400).
+    BadRequest,
+    /// Over the body limit (HTTP 413).
+    TooLarge,
+    /// Over an in-flight bound (HTTP 503).
+    Overloaded,
+    /// The review failed (HTTP 500).
+    Error,
+}
+
+impl AdmissionOutcome {
+    /// Every outcome, in discriminant order.
+    pub const ALL: [Self; 7] = [
+        Self::Allowed,
+        Self::Patched,
+        Self::Denied,
+        Self::BadRequest,
+        Self::TooLarge,
+        Self::Overloaded,
+        Self::Error,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Patched => "patched",
+            Self::Denied => "denied",
+            Self::BadRequest => "bad_request",
+            Self::TooLarge => "too_large",
+            Self::Overloaded => "overloaded",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl From<crate::webhook::Verdict> for AdmissionOutcome {
+    fn from(verdict: crate::webhook::Verdict) -> Self {
+        match verdict {
+            crate::webhook::Verdict::Allowed => Self::Allowed,
+            crate::webhook::Verdict::Patched => Self::Patched,
+            crate::webhook::Verdict::Denied => Self::Denied,
+        }
+    }
+}
+
 /// 1 s .. ~9 h: rollouts and pauses that wait for people.
 fn rollout_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 16))
@@ -86,8 +141,11 @@ fn latency_histogram() -> Histogram {
 /// The process's metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
-    admission_requests: Family<AdmissionLabels, Counter>,
-    admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    /// By `Hook::index() * AdmissionOutcome::ALL.len() + outcome`, resolved once: a
+    /// request only increments.
+    admission_requests: Vec<Counter>,
+    /// By `Hook::index()`.
+    admission_duration: Vec<Histogram>,
     cert_expiry: Gauge,
     api_writes: Family<WriteLabels, Counter>,
     api_requests: Family<WriteLabels, Counter>,
@@ -113,9 +171,24 @@ impl Default for Metrics {
         let admission_requests = Family::<AdmissionLabels, Counter>::default();
         registry.register(
             "squall_admission_requests",
-            "Admission requests by webhook, kind, operation and verdict (allowed, patched, denied, bad_request)",
+            "Admission requests by webhook, kind, operation and verdict (allowed, patched, denied, bad_request, too_large, overloaded, error)",
             admission_requests.clone(),
         );
+        let admission_requests = Hook::ALL
+            .iter()
+            .flat_map(|hook| {
+                AdmissionOutcome::ALL.map(|outcome| {
+                    admission_requests
+                        .get_or_create(&AdmissionLabels {
+                            webhook: hook.name().into(),
+                            kind: hook.kind().into(),
+                            operation: hook.operation().into(),
+                            verdict: outcome.label().into(),
+                        })
+                        .clone()
+                })
+            })
+            .collect();
         let admission_duration =
             Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
                 latency_histogram,
@@ -125,6 +198,16 @@ impl Default for Metrics {
             "Time to answer an admission request",
             admission_duration.clone(),
         );
+        let admission_duration = Hook::ALL
+            .iter()
+            .map(|hook| {
+                admission_duration
+                    .get_or_create(&WebhookLabels {
+                        webhook: hook.name().into(),
+                    })
+                    .clone()
+            })
+            .collect();
         let cert_expiry = Gauge::default();
         registry.register(
             "squall_webhook_cert_expiry_timestamp_seconds",
@@ -241,20 +324,10 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records one admission request.
-    pub fn admission(&self, hook: Hook, verdict: &str, took: Duration) {
-        self.admission_requests
-            .get_or_create(&AdmissionLabels {
-                webhook: hook.name().into(),
-                kind: hook.kind().into(),
-                operation: hook.operation().into(),
-                verdict: verdict.into(),
-            })
+    pub fn admission(&self, hook: Hook, outcome: AdmissionOutcome, took: Duration) {
+        self.admission_requests[hook.index() * AdmissionOutcome::ALL.len() + outcome as usize]
             .inc();
-        self.admission_duration
-            .get_or_create(&WebhookLabels {
-                webhook: hook.name().into(),
-            })
-            .observe(took.as_secs_f64());
+        self.admission_duration[hook.index()].observe(took.as_secs_f64());
     }
 
     /// Records one reconcile: `outcome` is `ok`, `waiting` or `error`.
@@ -437,13 +510,20 @@ mod tests {
         let metrics = Metrics::default();
         metrics.admission(
             Hook::ValidateStormService,
-            "denied",
+            AdmissionOutcome::Denied,
             Duration::from_millis(2),
         );
         metrics.cert_expiry(1_800_000_000);
         let text = metrics.render();
         assert!(text.contains(
             r#"squall_admission_requests_total{webhook="vstormservice.squall.dev",kind="StormService",operation="validate",verdict="denied"} 1"#
+        ), "{text}");
+        // Every (webhook, verdict) series exists from the start; the others stay at 0.
+        assert!(text.contains(
+            r#"squall_admission_requests_total{webhook="vstormservice.squall.dev",kind="StormService",operation="validate",verdict="allowed"} 0"#
+        ), "{text}");
+        assert!(text.contains(
+            r#"squall_admission_requests_total{webhook="mroleset.squall.dev",kind="RoleSet",operation="mutate",verdict="denied"} 0"#
         ), "{text}");
         assert!(
             text.contains(

@@ -35,8 +35,8 @@ use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::metrics::Metrics;
-use crate::webhook::{self, Hook, Verdict};
+use crate::metrics::{AdmissionOutcome, Metrics};
+use crate::webhook::{self, Hook};
 
 /// Largest accepted request body: object and oldObject of a 3 MiB object, with room.
 pub const BODY_LIMIT: usize = 8 << 20;
@@ -223,7 +223,13 @@ struct Admission {
     reviews: Arc<Semaphore>,
     /// The review threads.
     pool: ReviewPool,
+    /// What answers a review.
+    decide: Decide,
 }
+
+/// Answers one review body for a webhook: [`webhook::review`], or in the admission benchmark
+/// a no-op that goes through the same layers.
+pub type Decide = fn(Hook, &[u8]) -> Result<webhook::Answer, webhook::BadRequest>;
 
 /// A fixed pool of threads deciding reviews, off the async runtime that renews the Lease and
 /// answers `/healthz`.
@@ -272,11 +278,18 @@ impl ReviewPool {
 
 /// The webhook routes: one POST path per [`Hook`].
 pub fn webhook_router(metrics: Arc<Metrics>) -> Router {
+    admission_router(metrics, webhook::review)
+}
+
+/// One POST path per [`Hook`], answered by `decide` behind the bounds, timeouts and review
+/// thread of the webhooks.
+pub fn admission_router(metrics: Arc<Metrics>, decide: Decide) -> Router {
     let state = Admission {
         metrics,
         body_bytes: Arc::new(Semaphore::new(BODY_BYTES_IN_FLIGHT)),
         reviews: Arc::new(Semaphore::new(CONCURRENT_REVIEWS)),
         pool: ReviewPool::new(CONCURRENT_REVIEWS),
+        decide,
     };
     let mut router = Router::new();
     for hook in Hook::ALL {
@@ -308,7 +321,7 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
     if let Some(length) = declared.filter(|l| *l > BODY_LIMIT) {
         state
             .metrics
-            .admission(hook, "too_large", started.elapsed());
+            .admission(hook, AdmissionOutcome::TooLarge, started.elapsed());
         return too_large(length);
     }
     // Reserve what the body may take before reading it: its declared length, or the most a
@@ -325,7 +338,7 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
     else {
         state
             .metrics
-            .admission(hook, "overloaded", started.elapsed());
+            .admission(hook, AdmissionOutcome::Overloaded, started.elapsed());
         return overloaded(&format!(
             "{} MiB of admission request bodies are in flight",
             BODY_BYTES_IN_FLIGHT >> 20
@@ -336,7 +349,7 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
         Err(e) => {
             state
                 .metrics
-                .admission(hook, "bad_request", started.elapsed());
+                .admission(hook, AdmissionOutcome::BadRequest, started.elapsed());
             tracing::warn!(webhook = hook.name(), error = %e, "admission request body unreadable");
             return (StatusCode::BAD_REQUEST, format!("request body: {e}")).into_response();
         }
@@ -344,16 +357,14 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
     let Some(review_permit) = wait_for(state.reviews.clone().acquire_owned()).await else {
         state
             .metrics
-            .admission(hook, "overloaded", started.elapsed());
+            .admission(hook, AdmissionOutcome::Overloaded, started.elapsed());
         return overloaded("reviews are queued behind one being decided");
     };
+    let decide = state.decide;
     let decided = state
         .pool
         .run(move || {
-            let answer = webhook::review(hook, &body).map(|(review, verdict)| {
-                let json = serde_json::to_vec(&review).expect("an AdmissionReview serializes");
-                (json, verdict)
-            });
+            let answer = decide(hook, &body).map(|a| (a.json, a.verdict));
             drop((review_permit, body_permit));
             (answer, body.len())
         })
@@ -361,14 +372,14 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
     let Some((answer, bytes)) = decided else {
         // A panic in a review (never seen; the handler is fuzzed) fails only this request.
         tracing::error!(webhook = hook.name(), "admission review failed");
-        state.metrics.admission(hook, "error", started.elapsed());
+        state
+            .metrics
+            .admission(hook, AdmissionOutcome::Error, started.elapsed());
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let verdict = match &answer {
-        Ok((_, Verdict::Allowed)) => "allowed",
-        Ok((_, Verdict::Patched)) => "patched",
-        Ok((_, Verdict::Denied)) => "denied",
-        Err(_) => "bad_request",
+        Ok((_, verdict)) => AdmissionOutcome::from(*verdict),
+        Err(_) => AdmissionOutcome::BadRequest,
     };
     state.metrics.admission(hook, verdict, started.elapsed());
     match answer {

@@ -118,6 +118,8 @@ fn corpus() -> Vec<(String, Hook, Vec<u8>)> {
     let mut escaped = ss.clone();
     escaped["metadata"]["name"] = json!("gol\u{e9}den\"\\\n");
     escaped["spec"]["template"]["spec"]["roles"][0]["name"] = json!("r\u{1F600}");
+    let mut sidecar = ss.clone();
+    sidecar["metadata"]["annotations"] = json!({"model.aibrix.ai/sidecar-injection": "true"});
     let mut defaulted_ss = ss.clone();
     squall::api::defaults::apply_defaults(&mut defaulted_ss).unwrap();
     let not_an_object = json!([1, 2]);
@@ -167,6 +169,20 @@ fn corpus() -> Vec<(String, Hook, Vec<u8>)> {
             Hook::ValidateStormService,
             "CREATE",
             &escaped,
+            None,
+        ),
+        (
+            "sidecar",
+            Hook::MutateStormService,
+            "CREATE",
+            &sidecar,
+            None,
+        ),
+        (
+            "sidecar",
+            Hook::ValidateStormService,
+            "CREATE",
+            &sidecar,
             None,
         ),
         ("roleset", Hook::MutateRoleSet, "CREATE", &rs, None),
@@ -325,13 +341,16 @@ fn corpus() -> Vec<(String, Hook, Vec<u8>)> {
 
 /// What an answer means to the API server and to the user.
 fn summary(hook: Hook, request: &[u8]) -> Value {
-    let Ok((answer, verdict)) = review(hook, request) else {
+    let Ok(answer) = review(hook, request) else {
         return json!({"http": 400});
     };
-    let answer = serde_json::to_value(&answer).expect("serializes");
+    let verdict = answer.verdict;
+    let answer: Value = serde_json::from_slice(&answer.json).expect("the answer is JSON");
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["kind"], "AdmissionReview");
     let response = &answer["response"];
-    let patched = response["patch"].as_array().map(|bytes| {
-        let bytes: Vec<u8> = bytes.iter().map(|b| b.as_u64().unwrap() as u8).collect();
+    let patched = common::patch_bytes(&answer).map(|bytes| {
+        assert_eq!(response["patchType"], "JSONPatch");
         let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("a JSON patch");
         let review: Value = serde_json::from_slice(request).unwrap();
         let mut object = review["request"]["object"].clone();

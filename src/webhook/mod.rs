@@ -7,7 +7,7 @@ pub mod sidecar;
 
 use json_patch::Patch;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde_json::Value;
 
 use crate::api::defaults::apply_defaults;
@@ -72,6 +72,11 @@ impl Hook {
         }
     }
 
+    /// Its position in [`Hook::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Whether it is a mutating webhook.
     pub fn is_mutating(self) -> bool {
         matches!(self, Hook::MutateStormService | Hook::MutateRoleSet)
@@ -109,11 +114,97 @@ pub enum Verdict {
     Denied,
 }
 
+/// One answered review: the AdmissionReview to send back, and how it was decided.
+#[derive(Debug)]
+pub struct Answer {
+    /// The response body (an `admission.k8s.io/v1` AdmissionReview).
+    pub json: Vec<u8>,
+    /// How it was decided.
+    pub verdict: Verdict,
+}
+
+/// What a webhook decided about one request, before it is rendered.
+#[derive(Debug, Default)]
+struct Decision {
+    /// Why the request is denied (`None`: allowed).
+    denial: Option<Denial>,
+    /// The JSON patch to apply (mutating webhooks).
+    patch: Option<Vec<u8>>,
+    warnings: Vec<String>,
+}
+
+/// A denial's `status`.
+#[derive(Debug)]
+struct Denial {
+    message: String,
+    /// HTTP-style code and reason shown to the client (`None`: the API server's defaults).
+    invalid: bool,
+}
+
+impl Decision {
+    fn allowed(warnings: Vec<String>) -> Self {
+        Self {
+            warnings,
+            ..Self::default()
+        }
+    }
+
+    fn verdict(&self) -> Verdict {
+        match (&self.denial, &self.patch) {
+            (Some(_), _) => Verdict::Denied,
+            (None, Some(_)) => Verdict::Patched,
+            (None, None) => Verdict::Allowed,
+        }
+    }
+
+    /// The AdmissionReview answering the request `uid`, written straight into bytes: the
+    /// patch base64-encoded, as the API server reads `[]byte`.
+    fn render(&self, uid: &str) -> Vec<u8> {
+        use base64::Engine;
+        let patch_len = self.patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
+        let mut out = Vec::with_capacity(160 + uid.len() + patch_len);
+        out.extend_from_slice(
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
+        );
+        write_json(&mut out, uid);
+        match &self.denial {
+            None => out.extend_from_slice(br#","allowed":true,"status":{}"#),
+            Some(denial) => {
+                out.extend_from_slice(br#","allowed":false,"status":{"#);
+                if denial.invalid {
+                    out.extend_from_slice(br#""code":422,"reason":"Invalid","#);
+                }
+                out.extend_from_slice(br#""message":"#);
+                write_json(&mut out, &denial.message);
+                out.push(b'}');
+            }
+        }
+        if let Some(patch) = &self.patch {
+            out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+            let start = out.len();
+            out.resize(start + patch_len, 0);
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(patch, &mut out[start..])
+                .expect("sized for the encoding");
+            out.truncate(start + written);
+            out.push(b'"');
+        }
+        if !self.warnings.is_empty() {
+            out.extend_from_slice(br#","warnings":"#);
+            write_json(&mut out, &self.warnings);
+        }
+        out.extend_from_slice(b"}}");
+        out
+    }
+}
+
+/// Appends `value` as JSON (strings escaped).
+fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    serde_json::to_writer(out, value).expect("strings and lists of strings serialize");
+}
+
 /// Answers one AdmissionReview body for `hook`.
-pub fn review(
-    hook: Hook,
-    body: &[u8],
-) -> Result<(AdmissionReview<DynamicObject>, Verdict), BadRequest> {
+pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(body).map_err(|e| BadRequest::NotAdmissionReview(e.to_string()))?;
     if review.types.kind != "AdmissionReview" || review.types.api_version != "admission.k8s.io/v1" {
@@ -124,8 +215,8 @@ pub fn review(
     }
     let request: AdmissionRequest<DynamicObject> =
         review.try_into().map_err(|_| BadRequest::NoRequest)?;
-    let (response, verdict) = decide(hook, &request);
-    let patch_bytes = response.patch.as_ref().map_or(0, Vec::len);
+    let mut decision = decide(hook, &request);
+    let patch_bytes = decision.patch.as_ref().map_or(0, Vec::len);
     if patch_bytes > body.len() + PATCH_HEADROOM {
         // Defaulting adds a few fields per role and the bounded lists keep it small; this
         // is the backstop that keeps a response from outgrowing its request.
@@ -135,25 +226,32 @@ pub fn review(
             request_bytes = body.len(),
             "patch too large; denied"
         );
-        let denied = AdmissionResponse::from(&request).deny(format!(
-            "the defaults for this object make a patch of {patch_bytes} bytes, more than the \
-             request's {} bytes plus {} KiB",
-            body.len(),
-            PATCH_HEADROOM >> 10
-        ));
-        return Ok((denied.into_review(), Verdict::Denied));
+        decision = Decision {
+            denial: Some(Denial {
+                message: format!(
+                    "the defaults for this object make a patch of {patch_bytes} bytes, more than \
+                     the request's {} bytes plus {} KiB",
+                    body.len(),
+                    PATCH_HEADROOM >> 10
+                ),
+                invalid: false,
+            }),
+            ..Decision::default()
+        };
     }
-    Ok((response.into_review(), verdict))
+    Ok(Answer {
+        json: decision.render(&request.uid),
+        verdict: decision.verdict(),
+    })
 }
 
 /// How much larger than its request a mutating webhook's patch may be: the runtime sidecar
 /// and the defaults of a full role list fit with room to spare.
 pub const PATCH_HEADROOM: usize = 64 << 10;
 
-fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> (AdmissionResponse, Verdict) {
-    let allowed = AdmissionResponse::from(req);
+fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return (allowed, Verdict::Allowed);
+        return Decision::default();
     }
     if req.kind.group != GROUP || req.kind.kind != hook.kind() {
         let warning = format!(
@@ -164,47 +262,41 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> (AdmissionRespon
             req.kind.kind
         );
         tracing::warn!(webhook = hook.name(), kind = %req.kind.kind, "unexpected kind");
-        return (with_warnings(allowed, vec![warning]), Verdict::Allowed);
+        return Decision::allowed(vec![warning]);
     }
     let Some(object) = req.object.as_ref().map(|o| typed_json(o, hook)) else {
         let warning = format!(
             "{}: the request has no object; allowed unchecked",
             hook.name()
         );
-        return (with_warnings(allowed, vec![warning]), Verdict::Allowed);
+        return Decision::allowed(vec![warning]);
     };
     if hook.is_mutating() {
         match mutation(&object) {
-            Ok((patch, warnings)) if patch.0.is_empty() => {
-                (with_warnings(allowed, warnings), Verdict::Allowed)
-            }
-            Ok((patch, warnings)) => match allowed.clone().with_patch(patch) {
-                Ok(patched) => (with_warnings(patched, warnings), Verdict::Patched),
-                Err(e) => {
-                    tracing::error!(error = %e, "serializing a patch failed");
-                    (allowed, Verdict::Allowed)
-                }
+            Ok((patch, warnings)) if patch.0.is_empty() => Decision::allowed(warnings),
+            Ok((patch, warnings)) => Decision {
+                patch: Some(serde_json::to_vec(&patch).expect("a JSON patch serializes")),
+                ..Decision::allowed(warnings)
             },
             Err(error) => {
                 // The API server's schema validation reports the real problem.
                 tracing::info!(webhook = hook.name(), %error, "object does not parse; allowed without defaults");
-                (allowed, Verdict::Allowed)
+                Decision::default()
             }
         }
     } else {
         let old = req.old_object.as_ref().map(|o| typed_json(o, hook));
         let Some(report) = validate_object(&object, old.as_ref()) else {
             // Unreachable: typed_json stamps the request's (checked) kind on the object.
-            return (allowed, Verdict::Allowed);
+            return Decision::default();
         };
-        let warnings = report.warnings.clone();
-        if report.is_valid() {
-            (with_warnings(allowed, warnings), Verdict::Allowed)
-        } else {
-            let mut denied = allowed.deny(report.error_message());
-            denied.result.code = 422;
-            denied.result.reason = "Invalid".into();
-            (with_warnings(denied, warnings), Verdict::Denied)
+        let denial = (!report.is_valid()).then(|| Denial {
+            message: report.error_message(),
+            invalid: true,
+        });
+        Decision {
+            denial,
+            ..Decision::allowed(report.warnings)
         }
     }
 }
@@ -231,13 +323,6 @@ fn typed_json(object: &DynamicObject, hook: Hook) -> Value {
         map.insert("kind".into(), hook.kind().into());
     }
     value
-}
-
-fn with_warnings(mut response: AdmissionResponse, warnings: Vec<String>) -> AdmissionResponse {
-    if !warnings.is_empty() {
-        response.warnings = Some(warnings);
-    }
-    response
 }
 
 #[cfg(test)]
@@ -270,9 +355,21 @@ mod tests {
                "metadata": {"name": "x", "namespace": "default"}, "spec": {"roles": roles}})
     }
 
-    fn response(hook: Hook, body: &[u8]) -> (AdmissionResponse, Verdict) {
-        let (review, verdict) = review(hook, body).unwrap();
-        (review.response.unwrap(), verdict)
+    /// The answer's `response`, its patch decoded, and the verdict.
+    fn response(hook: Hook, body: &[u8]) -> (Value, Option<Patch>, Verdict) {
+        use base64::Engine;
+        let answer = review(hook, body).unwrap();
+        let mut review: Value = serde_json::from_slice(&answer.json).unwrap();
+        assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(review["kind"], "AdmissionReview");
+        let response = review["response"].take();
+        let patch = response["patch"].as_str().map(|text| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        });
+        (response, patch, answer.verdict)
     }
 
     #[test]
@@ -283,11 +380,12 @@ mod tests {
             roleset(json!([{"name": "a"}])),
             None,
         );
-        let (resp, verdict) = response(Hook::MutateRoleSet, &body);
+        let (resp, patch, verdict) = response(Hook::MutateRoleSet, &body);
         assert_eq!(verdict, Verdict::Patched);
-        assert!(resp.allowed);
-        assert_eq!(resp.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
-        let patch: Patch = serde_json::from_slice(&resp.patch.unwrap()).unwrap();
+        assert_eq!(resp["allowed"], true);
+        assert_eq!(resp["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert_eq!(resp["patchType"], "JSONPatch");
+        let patch = patch.unwrap();
         let mut object = roleset(json!([{"name": "a"}]));
         json_patch::patch(&mut object, &patch).unwrap();
         assert_eq!(object["spec"]["roles"][0]["upgradeOrder"], 0);
@@ -304,15 +402,10 @@ mod tests {
             roleset(json!("not a list")),
             None,
         );
-        let (resp, verdict) = response(Hook::MutateRoleSet, &body);
+        let (resp, patch, verdict) = response(Hook::MutateRoleSet, &body);
         assert_eq!(verdict, Verdict::Allowed);
-        assert!(resp.allowed && resp.patch.is_none());
-        assert!(
-            serde_json::to_value(&resp)
-                .unwrap()
-                .get("patchType")
-                .is_none_or(Value::is_null)
-        );
+        assert!(resp["allowed"] == true && patch.is_none());
+        assert!(resp.get("patchType").is_none());
     }
 
     #[test]
@@ -323,18 +416,22 @@ mod tests {
             roleset(json!([{"name": "Bad_Name", "disruptionTolerance": {}}])),
             None,
         );
-        let (resp, verdict) = response(Hook::ValidateRoleSet, &body);
+        let (resp, _, verdict) = response(Hook::ValidateRoleSet, &body);
         assert_eq!(verdict, Verdict::Denied);
-        assert!(!resp.allowed);
+        assert_eq!(resp["allowed"], false);
+        let message = resp["status"]["message"].as_str().unwrap();
         assert!(
-            resp.result
-                .message
-                .starts_with("spec.roles[0].name: Invalid value"),
-            "{}",
-            resp.result.message
+            message.starts_with("spec.roles[0].name: Invalid value"),
+            "{message}"
         );
-        assert_eq!(resp.result.code, 422);
-        assert!(resp.warnings.unwrap()[0].contains("disruptionTolerance"));
+        assert_eq!(resp["status"]["code"], 422);
+        assert_eq!(resp["status"]["reason"], "Invalid");
+        assert!(
+            resp["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("disruptionTolerance")
+        );
     }
 
     #[test]
@@ -342,7 +439,7 @@ mod tests {
         let old = roleset(json!([{"name": "Bad_Name", "replicas": 1}]));
         let new = roleset(json!([{"name": "Bad_Name", "replicas": 2}]));
         let body = review_body(Hook::ValidateRoleSet, "UPDATE", new, Some(old));
-        assert_eq!(response(Hook::ValidateRoleSet, &body).1, Verdict::Allowed);
+        assert_eq!(response(Hook::ValidateRoleSet, &body).2, Verdict::Allowed);
     }
 
     #[test]
@@ -355,12 +452,17 @@ mod tests {
         ))
         .unwrap();
         body["request"]["kind"] = json!({"group": "apps", "version": "v1", "kind": "Deployment"});
-        let (resp, verdict) = response(
+        let (resp, _, verdict) = response(
             Hook::ValidateStormService,
             &serde_json::to_vec(&body).unwrap(),
         );
         assert_eq!(verdict, Verdict::Allowed);
-        assert!(resp.warnings.unwrap()[0].contains("does not handle apps/v1 Deployment"));
+        assert!(
+            resp["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains("does not handle apps/v1 Deployment")
+        );
     }
 
     #[test]
@@ -370,7 +472,7 @@ mod tests {
         object["apiVersion"] = json!("orchestration.aibrix.ai/v0alpha1");
         for hook in [Hook::ValidateRoleSet, Hook::MutateRoleSet] {
             let body = review_body(hook, "CREATE", object.clone(), None);
-            assert!(response(hook, &body).0.allowed);
+            assert_eq!(response(hook, &body).0["allowed"], true);
         }
     }
 
@@ -382,7 +484,7 @@ mod tests {
             Value::Null,
             Some(roleset(json!([{"name": "Bad_Name"}]))),
         );
-        assert_eq!(response(Hook::ValidateRoleSet, &body).1, Verdict::Allowed);
+        assert_eq!(response(Hook::ValidateRoleSet, &body).2, Verdict::Allowed);
     }
 
     #[test]

@@ -46,3 +46,24 @@ pub fn documents(path: &std::path::Path) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()));
     docs.into_iter().filter(|d| !d.is_null()).collect()
 }
+
+/// The `response.patch` bytes of an AdmissionReview answer: base64, the API server's wire
+/// format for bytes (a JSON array of numbers, which it reads too, is accepted here as well).
+pub fn patch_bytes(answer: &Value) -> Option<Vec<u8>> {
+    use base64::Engine;
+    match &answer["response"]["patch"] {
+        Value::Null => None,
+        Value::String(text) => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .expect("a base64 patch"),
+        ),
+        Value::Array(bytes) => Some(
+            bytes
+                .iter()
+                .map(|b| u8::try_from(b.as_u64().expect("a byte")).expect("a byte"))
+                .collect(),
+        ),
+        other => panic!("a patch of {other}"),
+    }
+}
