@@ -133,7 +133,6 @@ fn samples_are_valid_before_and_after_defaulting() {
             squall::webhook::mutation(&defaulted)
                 .expect("parses")
                 .0
-                .0
                 .is_empty(),
             "{name}: a second mutation must yield an empty patch"
         );

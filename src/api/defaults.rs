@@ -15,29 +15,40 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i64 = 10;
 /// Default StormService `spec.progressDeadlineSeconds`.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 
-/// Applies the defaults of SPEC §2 to a raw object of an owned kind, in place.
+/// One decision of defaulting (or of sidecar injection): `value` goes at the JSON pointer
+/// `path`, where the object has nothing (or, for a whole pod spec, what it replaces). A
+/// JSON patch `add` operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Addition {
+    /// RFC 6901 pointer; its parent exists once the additions before it are applied.
+    pub path: String,
+    /// What goes there.
+    pub value: Value,
+}
+
+/// The defaults of SPEC §2 for a raw object of an owned kind, as additions decided on the
+/// object as written (the mutating webhook's patch, without copying or diffing the object).
 ///
 /// An object that does not parse into squall's types, or is over the list bounds
-/// ([`raw_bounds`]), is left untouched and the error is returned, so the API server's schema
+/// ([`raw_bounds`]), gets no defaults and the error is returned, so the API server's schema
 /// validation (or the validating webhook) reports the real problem — a patch never grows
-/// with an oversized list. Kinds
-/// squall does not own are left untouched. Applying the defaults twice changes nothing the
-/// second time.
+/// with an oversized list. Kinds squall does not own get none. Defaulting an object twice
+/// adds nothing the second time.
 ///
-/// Returns warnings about defaults that behave differently from AIBrix (a role list that
+/// The warnings are about defaults that behave differently from AIBrix (a role list that
 /// mixes explicit and absent `upgradeOrder`).
-pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
+pub fn default_additions(object: &Value) -> Result<(Vec<Addition>, Vec<String>), FieldError> {
     raw_bounds(object)?;
-    let mut warnings = Vec::new();
+    let mut out = Additions::default();
     match OwnedKind::of(object) {
         Some(OwnedKind::StormService) => {
             parse::<StormService>(object)?;
-            default_stormservice(object, &mut warnings);
+            default_stormservice(object, &mut out);
         }
         Some(OwnedKind::RoleSet) => {
             parse::<RoleSet>(object)?;
-            if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
-                default_roleset_spec(spec, "spec", &mut warnings);
+            if let Some(spec) = object.get("spec").and_then(Value::as_object) {
+                default_roleset_spec(spec, "/spec", "spec", &mut out);
             }
         }
         Some(OwnedKind::PodSet) => {
@@ -46,50 +57,137 @@ pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
         }
         None => {}
     }
+    Ok((out.additions, out.warnings))
+}
+
+/// Applies the defaults of SPEC §2 ([`default_additions`]) to `object` in place.
+pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
+    let (additions, warnings) = default_additions(object)?;
+    for addition in additions {
+        add(object, &addition);
+    }
     Ok(warnings)
 }
 
-fn default_stormservice(object: &mut Value, warnings: &mut Vec<String>) {
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+/// Applies one addition (JSON patch `add`). Additions are decided on the object they are
+/// applied to, so the parent is there.
+pub fn add(object: &mut Value, addition: &Addition) {
+    let (parent, key) = addition
+        .path
+        .rsplit_once('/')
+        .expect("a pointer below the root");
+    let unescape = |token: &str| token.replace("~1", "/").replace("~0", "~");
+    let parent = object
+        .pointer_mut(parent)
+        .expect("the parent of an addition exists");
+    match parent {
+        Value::Object(map) => {
+            map.insert(unescape(key), addition.value.clone());
+        }
+        Value::Array(list) if key == "-" => list.push(addition.value.clone()),
+        Value::Array(list) => {
+            let index: usize = key.parse().expect("an array index");
+            list[index] = addition.value.clone();
+        }
+        _ => panic!("the parent of {} is not a container", addition.path),
+    }
+}
+
+/// The JSON patch of `additions`, as bytes.
+pub fn json_patch(additions: &[Addition]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 * additions.len() + 2);
+    out.push(b'[');
+    for (i, addition) in additions.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"op":"add","path":"#);
+        serde_json::to_writer(&mut out, &addition.path).expect("a string serializes");
+        out.extend_from_slice(br#","value":"#);
+        serde_json::to_writer(&mut out, &addition.value).expect("a JSON value serializes");
+        out.push(b'}');
+    }
+    out.push(b']');
+    out
+}
+
+#[derive(Default)]
+struct Additions {
+    additions: Vec<Addition>,
+    warnings: Vec<String>,
+}
+
+impl Additions {
+    fn add(&mut self, path: String, value: Value) {
+        self.additions.push(Addition { path, value });
+    }
+
+    /// `value` at `key` of `map` (at `path`) unless the user set it.
+    fn absent(&mut self, map: &Map<String, Value>, path: &str, key: &str, value: Value) {
+        if is_absent(map, key) {
+            self.add(format!("{path}/{key}"), value);
+        }
+    }
+}
+
+fn default_stormservice(object: &Value, out: &mut Additions) {
+    let Some(spec) = object.get("spec").and_then(Value::as_object) else {
         return;
     };
-    set_absent(spec, "replicas", json!(DEFAULT_REPLICAS));
-    set_absent(
+    out.absent(spec, "/spec", "replicas", json!(DEFAULT_REPLICAS));
+    out.absent(
         spec,
+        "/spec",
         "revisionHistoryLimit",
         json!(DEFAULT_REVISION_HISTORY_LIMIT),
     );
-    set_absent(
+    out.absent(
         spec,
+        "/spec",
         "progressDeadlineSeconds",
         json!(DEFAULT_PROGRESS_DEADLINE_SECONDS),
     );
 
-    let strategy = object_entry(spec, "updateStrategy");
-    set_absent(strategy, "type", json!("RollingUpdate"));
-    if strategy.get("type") == Some(&json!("RollingUpdate")) {
-        default_budgets(strategy);
-    }
-    if let Some(steps) = strategy
-        .get_mut("canary")
-        .and_then(|c| c.get_mut("steps"))
-        .and_then(Value::as_array_mut)
-    {
-        append_full_weight_step(steps);
+    match spec.get("updateStrategy").and_then(Value::as_object) {
+        None => out.add(
+            "/spec/updateStrategy".into(),
+            json!({"type": "RollingUpdate", "maxUnavailable": 1, "maxSurge": 0}),
+        ),
+        Some(strategy) => {
+            let path = "/spec/updateStrategy";
+            out.absent(strategy, path, "type", json!("RollingUpdate"));
+            if is_absent(strategy, "type") || strategy["type"] == "RollingUpdate" {
+                default_budgets(strategy, path, out);
+            }
+            if let Some(steps) = strategy
+                .get("canary")
+                .and_then(|c| c.get("steps"))
+                .and_then(Value::as_array)
+                && needs_full_weight_step(steps)
+            {
+                out.add(format!("{path}/canary/steps/-"), json!({"setWeight": 100}));
+            }
+        }
     }
 
     if let Some(template_spec) = spec
-        .get_mut("template")
-        .and_then(|t| t.get_mut("spec"))
-        .and_then(Value::as_object_mut)
+        .get("template")
+        .and_then(|t| t.get("spec"))
+        .and_then(Value::as_object)
     {
-        default_roleset_spec(template_spec, "spec.template.spec", warnings);
+        default_roleset_spec(
+            template_spec,
+            "/spec/template/spec",
+            "spec.template.spec",
+            out,
+        );
     }
 }
 
-/// Defaults of a RoleSet spec (also `StormService.spec.template.spec`).
-fn default_roleset_spec(spec: &mut Map<String, Value>, path: &str, warnings: &mut Vec<String>) {
-    set_absent(spec, "updateStrategy", json!("Sequential"));
+/// Defaults of a RoleSet spec (also `StormService.spec.template.spec`), at the pointer
+/// `path` (`field` in messages).
+fn default_roleset_spec(spec: &Map<String, Value>, path: &str, field: &str, out: &mut Additions) {
+    out.absent(spec, path, "updateStrategy", json!("Sequential"));
     let roles = spec.get("roles").and_then(Value::as_array);
     let without_order = roles
         .into_iter()
@@ -97,61 +195,49 @@ fn default_roleset_spec(spec: &mut Map<String, Value>, path: &str, warnings: &mu
         .filter(|r| r.as_object().is_some_and(|r| is_absent(r, "upgradeOrder")))
         .count();
     if without_order > 0 && without_order < roles.map_or(0, Vec::len) {
-        warnings.push(mixed_upgrade_order_warning(path));
+        out.warnings.push(mixed_upgrade_order_warning(field));
     }
-    for role in spec
-        .get_mut("roles")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object_mut)
-    {
-        set_absent(role, "replicas", json!(DEFAULT_REPLICAS));
-        set_absent(role, "upgradeOrder", json!(0));
-        let strategy = object_entry(role, "updateStrategy");
-        set_absent(strategy, "type", json!("Recreate"));
-        default_budgets(strategy);
+    for (i, role) in roles.into_iter().flatten().enumerate() {
+        let Some(role) = role.as_object() else {
+            continue;
+        };
+        let role_path = format!("{path}/roles/{i}");
+        out.absent(role, &role_path, "replicas", json!(DEFAULT_REPLICAS));
+        out.absent(role, &role_path, "upgradeOrder", json!(0));
+        match role.get("updateStrategy").and_then(Value::as_object) {
+            None => out.add(
+                format!("{role_path}/updateStrategy"),
+                json!({"type": "Recreate", "maxUnavailable": 1, "maxSurge": 0}),
+            ),
+            Some(strategy) => {
+                let strategy_path = format!("{role_path}/updateStrategy");
+                out.absent(strategy, &strategy_path, "type", json!("Recreate"));
+                default_budgets(strategy, &strategy_path, out);
+            }
+        }
     }
 }
 
 /// `maxUnavailable: 1`, `maxSurge: 0`, only when both are absent.
-fn default_budgets(strategy: &mut Map<String, Value>) {
+fn default_budgets(strategy: &Map<String, Value>, path: &str, out: &mut Additions) {
     if is_absent(strategy, "maxUnavailable") && is_absent(strategy, "maxSurge") {
-        strategy.insert("maxUnavailable".into(), json!(1));
-        strategy.insert("maxSurge".into(), json!(0));
+        out.add(format!("{path}/maxUnavailable"), json!(1));
+        out.add(format!("{path}/maxSurge"), json!(0));
     }
 }
 
 /// Argo's implicit final 100 %, made visible: appended when the steps do not end with
 /// `setWeight: 100`. Lists longer than validation allows are left for validation to deny.
-fn append_full_weight_step(steps: &mut Vec<Value>) {
+fn needs_full_weight_step(steps: &[Value]) -> bool {
     let ends_at_full_weight = steps
         .last()
         .is_some_and(|last| last.get("setWeight") == Some(&json!(100)));
-    if !steps.is_empty() && !ends_at_full_weight && steps.len() <= MAX_CANARY_STEPS {
-        steps.push(json!({"setWeight": 100}));
-    }
+    !steps.is_empty() && !ends_at_full_weight && steps.len() <= MAX_CANARY_STEPS
 }
 
 /// Absent or `null` (which the API server treats as absent).
 fn is_absent(map: &Map<String, Value>, key: &str) -> bool {
     map.get(key).is_none_or(Value::is_null)
-}
-
-fn set_absent(map: &mut Map<String, Value>, key: &str, value: Value) {
-    if is_absent(map, key) {
-        map.insert(key.to_string(), value);
-    }
-}
-
-/// The object at `key`, created empty when absent.
-fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    if !map.get(key).is_some_and(Value::is_object) {
-        map.insert(key.to_string(), Value::Object(Map::new()));
-    }
-    map.get_mut(key)
-        .and_then(Value::as_object_mut)
-        .expect("inserted above")
 }
 
 #[cfg(test)]

@@ -3,14 +3,15 @@
 //! `crate::api`. The HTTPS server in `crate::server` only moves bytes.
 
 pub mod config;
+#[cfg(test)]
+mod oracle;
 pub mod sidecar;
 
-use json_patch::Patch;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use serde_json::Value;
 
-use crate::api::defaults::apply_defaults;
+use crate::api::defaults::{Addition, default_additions, json_patch};
 use crate::api::validation::{FieldError, validate_object};
 use crate::api::{GROUP, VERSION};
 
@@ -273,9 +274,9 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
     };
     if hook.is_mutating() {
         match mutation(&object) {
-            Ok((patch, warnings)) if patch.0.is_empty() => Decision::allowed(warnings),
-            Ok((patch, warnings)) => Decision {
-                patch: Some(serde_json::to_vec(&patch).expect("a JSON patch serializes")),
+            Ok((additions, warnings)) if additions.is_empty() => Decision::allowed(warnings),
+            Ok((additions, warnings)) => Decision {
+                patch: Some(json_patch(&additions)),
                 ..Decision::allowed(warnings)
             },
             Err(error) => {
@@ -301,16 +302,18 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
     }
 }
 
-/// The mutating webhook's JSON patch and warnings for `object`: the defaults of SPEC §2,
-/// then (StormService) the runtime sidecar. An object that does not parse gets an error
-/// (and so no patch).
-pub fn mutation(object: &Value) -> Result<(Patch, Vec<String>), FieldError> {
-    let mut mutated = object.clone();
-    let mut warnings = apply_defaults(&mut mutated)?;
-    if mutated["kind"] == "StormService" {
-        warnings.extend(sidecar::inject(&mut mutated));
+/// The mutating webhook's additions (a JSON patch of `add` operations) and warnings for
+/// `object`: the defaults of SPEC §2, then (StormService) the runtime sidecar — decided on
+/// the object as sent, which is never copied or compared. An object that does not parse
+/// gets an error (and so no patch).
+pub fn mutation(object: &Value) -> Result<(Vec<Addition>, Vec<String>), FieldError> {
+    let (mut additions, mut warnings) = default_additions(object)?;
+    if object["kind"] == "StormService" {
+        let (injected, warning) = sidecar::injection(object);
+        additions.extend(injected);
+        warnings.extend(warning);
     }
-    Ok((json_patch::diff(object, &mutated), warnings))
+    Ok((additions, warnings))
 }
 
 /// The object as JSON, stamped with the request's (already checked) `apiVersion` and `kind`:
@@ -356,7 +359,7 @@ mod tests {
     }
 
     /// The answer's `response`, its patch decoded, and the verdict.
-    fn response(hook: Hook, body: &[u8]) -> (Value, Option<Patch>, Verdict) {
+    fn response(hook: Hook, body: &[u8]) -> (Value, Option<json_patch::Patch>, Verdict) {
         use base64::Engine;
         let answer = review(hook, body).unwrap();
         let mut review: Value = serde_json::from_slice(&answer.json).unwrap();
@@ -390,8 +393,8 @@ mod tests {
         json_patch::patch(&mut object, &patch).unwrap();
         assert_eq!(object["spec"]["roles"][0]["upgradeOrder"], 0);
         // Replaying the stored object gives an empty patch.
-        let (patch, _) = mutation(&object).unwrap();
-        assert!(patch.0.is_empty());
+        let (additions, _) = mutation(&object).unwrap();
+        assert!(additions.is_empty());
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! AIBrix's runtime-sidecar injection (AIBRIX-REFERENCE §5), for StormServices annotated
-//! `model.aibrix.ai/sidecar-injection: "true"`. Works on the raw object, like defaulting.
+//! `model.aibrix.ai/sidecar-injection: "true"`. Decided on the raw object, like defaulting,
+//! as additions: each changed role's pod spec, whole.
 
 use serde_json::{Map, Value, json};
+
+use crate::api::defaults::Addition;
 
 /// Opt-in annotation on the StormService; only `"true"` injects.
 pub const ANNOTATION_SIDECAR_INJECTION: &str = "model.aibrix.ai/sidecar-injection";
@@ -11,16 +14,22 @@ pub const ANNOTATION_SIDECAR_IMAGE: &str = "model.aibrix.ai/sidecar-runtime-imag
 pub const ANNOTATION_ENGINE: &str = "model.aibrix.ai/engine";
 /// Name of the injected container.
 pub const SIDECAR_NAME: &str = "aibrix-runtime";
-const DEFAULT_IMAGE: &str = "aibrix/runtime:v0.5.0";
-const VOLUME: &str = "adapter-storage";
-const MOUNT_PATH: &str = "/tmp/aibrix/adapters";
+pub(super) const DEFAULT_IMAGE: &str = "aibrix/runtime:v0.5.0";
+pub(super) const VOLUME: &str = "adapter-storage";
+pub(super) const MOUNT_PATH: &str = "/tmp/aibrix/adapters";
 
-/// Injects the sidecar into every role lacking it when the annotation is `"true"`; returns a
-/// warning when the annotation has any other value (nothing is injected then).
-pub fn inject(stormservice: &mut Value) -> Option<String> {
+/// The pod specs of the roles lacking the sidecar, with it injected, when the annotation is
+/// `"true"`; a warning when the annotation has any other value (nothing is injected then).
+pub fn injection(stormservice: &Value) -> (Vec<Addition>, Option<String>) {
+    let mut additions = Vec::new();
+    let warning = inject(stormservice, &mut additions);
+    (additions, warning)
+}
+
+fn inject(stormservice: &Value, additions: &mut Vec<Addition>) -> Option<String> {
     let annotations = stormservice.pointer("/metadata/annotations")?.as_object()?;
-    let value = annotations.get(ANNOTATION_SIDECAR_INJECTION)?.clone();
-    if value != json!("true") {
+    let value = annotations.get(ANNOTATION_SIDECAR_INJECTION)?;
+    if value != "true" {
         return Some(format!(
             "metadata.annotations[{ANNOTATION_SIDECAR_INJECTION}] is {value}; only \"true\" injects the runtime sidecar"
         ));
@@ -38,27 +47,36 @@ pub fn inject(stormservice: &mut Value) -> Option<String> {
         .and_then(Value::as_str)
         .map(str::to_string);
     let roles = stormservice
-        .pointer_mut("/spec/template/spec/roles")
-        .and_then(Value::as_array_mut)?;
-    for pod_spec in roles
-        .iter_mut()
-        .filter_map(|role| role.pointer_mut("/template/spec"))
-        .filter_map(Value::as_object_mut)
-    {
-        inject_into_pod(pod_spec, &image, engine_annotation.as_deref());
+        .pointer("/spec/template/spec/roles")
+        .and_then(Value::as_array)?;
+    for (i, role) in roles.iter().enumerate() {
+        if let Some(pod) = role.pointer("/template/spec").and_then(Value::as_object)
+            && let Some(injected) = injected_pod(pod, &image, engine_annotation.as_deref())
+        {
+            additions.push(Addition {
+                path: format!("/spec/template/spec/roles/{i}/template/spec"),
+                value: Value::Object(injected),
+            });
+        }
     }
     None
 }
 
-fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&str>) {
+/// `pod` with the sidecar, its volume and mounts; `None` when it has the sidecar already.
+fn injected_pod(
+    pod: &Map<String, Value>,
+    image: &str,
+    engine: Option<&str>,
+) -> Option<Map<String, Value>> {
     let containers = pod
         .get("containers")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
     if containers.iter().any(|c| c["name"] == SIDECAR_NAME) {
-        return;
+        return None;
     }
+    let mut pod = pod.clone();
     let engine = engine
         .map(str::to_string)
         .unwrap_or_else(|| infer_engine(&containers));
@@ -100,10 +118,11 @@ fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&st
     });
     containers.insert(0, sidecar);
     pod.insert("containers".into(), Value::Array(containers));
+    Some(pod)
 }
 
 /// The engine named by the containers' images.
-fn infer_engine(containers: &[Value]) -> String {
+pub(super) fn infer_engine(containers: &[Value]) -> String {
     let images: Vec<String> = containers
         .iter()
         .filter_map(|c| c["image"].as_str())
@@ -132,6 +151,16 @@ fn infer_engine(containers: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::defaults::add;
+
+    /// Applies the injection; its warning.
+    fn inject(stormservice: &mut Value) -> Option<String> {
+        let (additions, warning) = injection(stormservice);
+        for addition in &additions {
+            add(stormservice, addition);
+        }
+        warning
+    }
 
     fn stormservice(annotation: &str) -> Value {
         json!({

@@ -1,0 +1,467 @@
+//! The mutating webhook as it was before it emitted its decisions as patch operations:
+//! defaults applied to a copy of the object in place, and the runtime sidecar injected the
+//! same way (the webhook then diffed the copy against the request). Kept only as the
+//! reference of the property test that the emitted patch makes exactly the same object.
+
+use serde_json::{Map, Value, json};
+
+use super::sidecar::{
+    ANNOTATION_ENGINE, ANNOTATION_SIDECAR_IMAGE, ANNOTATION_SIDECAR_INJECTION, DEFAULT_IMAGE,
+    MOUNT_PATH, SIDECAR_NAME, VOLUME,
+};
+use crate::api::defaults::{
+    DEFAULT_PROGRESS_DEADLINE_SECONDS, DEFAULT_REPLICAS, DEFAULT_REVISION_HISTORY_LIMIT,
+};
+use crate::api::limits::MAX_CANARY_STEPS;
+use crate::api::validation::{
+    FieldError, OwnedKind, mixed_upgrade_order_warning, parse, raw_bounds,
+};
+use crate::api::{PodSet, RoleSet, StormService};
+
+/// The object the old webhook's patch made: defaults, then (StormService) the sidecar.
+pub fn mutated(object: &Value) -> Result<(Value, Vec<String>), FieldError> {
+    let mut mutated = object.clone();
+    let mut warnings = defaults(&mut mutated)?;
+    if mutated["kind"] == "StormService" {
+        warnings.extend(inject(&mut mutated));
+    }
+    Ok((mutated, warnings))
+}
+
+pub fn defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
+    raw_bounds(object)?;
+    let mut warnings = Vec::new();
+    match OwnedKind::of(object) {
+        Some(OwnedKind::StormService) => {
+            parse::<StormService>(object)?;
+            default_stormservice(object, &mut warnings);
+        }
+        Some(OwnedKind::RoleSet) => {
+            parse::<RoleSet>(object)?;
+            if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+                default_roleset_spec(spec, "spec", &mut warnings);
+            }
+        }
+        Some(OwnedKind::PodSet) => {
+            // No defaults beyond the CRD schema's; parsing still reports a bad object.
+            parse::<PodSet>(object)?;
+        }
+        None => {}
+    }
+    Ok(warnings)
+}
+
+fn default_stormservice(object: &mut Value, warnings: &mut Vec<String>) {
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    set_absent(spec, "replicas", json!(DEFAULT_REPLICAS));
+    set_absent(
+        spec,
+        "revisionHistoryLimit",
+        json!(DEFAULT_REVISION_HISTORY_LIMIT),
+    );
+    set_absent(
+        spec,
+        "progressDeadlineSeconds",
+        json!(DEFAULT_PROGRESS_DEADLINE_SECONDS),
+    );
+
+    let strategy = object_entry(spec, "updateStrategy");
+    set_absent(strategy, "type", json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        default_budgets(strategy);
+    }
+    if let Some(steps) = strategy
+        .get_mut("canary")
+        .and_then(|c| c.get_mut("steps"))
+        .and_then(Value::as_array_mut)
+    {
+        append_full_weight_step(steps);
+    }
+
+    if let Some(template_spec) = spec
+        .get_mut("template")
+        .and_then(|t| t.get_mut("spec"))
+        .and_then(Value::as_object_mut)
+    {
+        default_roleset_spec(template_spec, "spec.template.spec", warnings);
+    }
+}
+
+/// Defaults of a RoleSet spec (also `StormService.spec.template.spec`).
+fn default_roleset_spec(spec: &mut Map<String, Value>, path: &str, warnings: &mut Vec<String>) {
+    set_absent(spec, "updateStrategy", json!("Sequential"));
+    let roles = spec.get("roles").and_then(Value::as_array);
+    let without_order = roles
+        .into_iter()
+        .flatten()
+        .filter(|r| r.as_object().is_some_and(|r| is_absent(r, "upgradeOrder")))
+        .count();
+    if without_order > 0 && without_order < roles.map_or(0, Vec::len) {
+        warnings.push(mixed_upgrade_order_warning(path));
+    }
+    for role in spec
+        .get_mut("roles")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        set_absent(role, "replicas", json!(DEFAULT_REPLICAS));
+        set_absent(role, "upgradeOrder", json!(0));
+        let strategy = object_entry(role, "updateStrategy");
+        set_absent(strategy, "type", json!("Recreate"));
+        default_budgets(strategy);
+    }
+}
+
+/// `maxUnavailable: 1`, `maxSurge: 0`, only when both are absent.
+fn default_budgets(strategy: &mut Map<String, Value>) {
+    if is_absent(strategy, "maxUnavailable") && is_absent(strategy, "maxSurge") {
+        strategy.insert("maxUnavailable".into(), json!(1));
+        strategy.insert("maxSurge".into(), json!(0));
+    }
+}
+
+/// Argo's implicit final 100 %, made visible: appended when the steps do not end with
+/// `setWeight: 100`. Lists longer than validation allows are left for validation to deny.
+fn append_full_weight_step(steps: &mut Vec<Value>) {
+    let ends_at_full_weight = steps
+        .last()
+        .is_some_and(|last| last.get("setWeight") == Some(&json!(100)));
+    if !steps.is_empty() && !ends_at_full_weight && steps.len() <= MAX_CANARY_STEPS {
+        steps.push(json!({"setWeight": 100}));
+    }
+}
+
+/// Absent or `null` (which the API server treats as absent).
+fn is_absent(map: &Map<String, Value>, key: &str) -> bool {
+    map.get(key).is_none_or(Value::is_null)
+}
+
+fn set_absent(map: &mut Map<String, Value>, key: &str, value: Value) {
+    if is_absent(map, key) {
+        map.insert(key.to_string(), value);
+    }
+}
+
+/// The object at `key`, created empty when absent.
+fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    if !map.get(key).is_some_and(Value::is_object) {
+        map.insert(key.to_string(), Value::Object(Map::new()));
+    }
+    map.get_mut(key)
+        .and_then(Value::as_object_mut)
+        .expect("inserted above")
+}
+
+pub fn inject(stormservice: &mut Value) -> Option<String> {
+    let annotations = stormservice.pointer("/metadata/annotations")?.as_object()?;
+    let value = annotations.get(ANNOTATION_SIDECAR_INJECTION)?.clone();
+    if value != json!("true") {
+        return Some(format!(
+            "metadata.annotations[{ANNOTATION_SIDECAR_INJECTION}] is {value}; only \"true\" injects the runtime sidecar"
+        ));
+    }
+    let image = annotations
+        .get(ANNOTATION_SIDECAR_IMAGE)
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_IMAGE)
+        .to_string();
+    let engine_annotation = stormservice
+        .pointer(&format!(
+            "/spec/template/metadata/annotations/{}",
+            ANNOTATION_ENGINE.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let roles = stormservice
+        .pointer_mut("/spec/template/spec/roles")
+        .and_then(Value::as_array_mut)?;
+    for pod_spec in roles
+        .iter_mut()
+        .filter_map(|role| role.pointer_mut("/template/spec"))
+        .filter_map(Value::as_object_mut)
+    {
+        inject_into_pod(pod_spec, &image, engine_annotation.as_deref());
+    }
+    None
+}
+
+fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&str>) {
+    let containers = pod
+        .get("containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if containers.iter().any(|c| c["name"] == SIDECAR_NAME) {
+        return;
+    }
+    let engine = engine
+        .map(str::to_string)
+        .unwrap_or_else(|| super::sidecar::infer_engine(&containers));
+
+    let volumes = pod.entry("volumes").or_insert_with(|| json!([]));
+    if let Some(volumes) = volumes.as_array_mut() {
+        match volumes.iter_mut().find(|v| v["name"] == VOLUME) {
+            Some(existing) if existing.get("emptyDir").is_some() => {}
+            Some(existing) => *existing = json!({"name": VOLUME, "emptyDir": {}}),
+            None => volumes.push(json!({"name": VOLUME, "emptyDir": {}})),
+        }
+    }
+    let mount = json!({"name": VOLUME, "mountPath": MOUNT_PATH});
+    let mut containers = containers;
+    for container in containers.iter_mut().filter_map(Value::as_object_mut) {
+        let mounts = container.entry("volumeMounts").or_insert_with(|| json!([]));
+        if let Some(mounts) = mounts.as_array_mut()
+            && !mounts.iter().any(|m| m["name"] == VOLUME)
+        {
+            mounts.push(mount.clone());
+        }
+    }
+    let sidecar = json!({
+        "name": SIDECAR_NAME,
+        "image": image,
+        "command": ["aibrix_runtime", "--port", "8080"],
+        "env": [
+            {"name": "INFERENCE_ENGINE", "value": engine},
+            {"name": "INFERENCE_ENGINE_ENDPOINT", "value": "http://localhost:8000"},
+        ],
+        "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
+        "volumeMounts": [mount],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "initialDelaySeconds": 3, "periodSeconds": 2},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "initialDelaySeconds": 5, "periodSeconds": 10},
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"cpu": "500m", "memory": "512Mi"},
+        },
+    });
+    containers.insert(0, sidecar);
+    pod.insert("containers".into(), Value::Array(containers));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::defaults::add;
+    use crate::webhook::mutation;
+    use proptest::prelude::*;
+
+    /// Absent, `null`, or one of `values`.
+    fn field(values: Vec<Value>) -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![
+            2 => Just(None),
+            1 => Just(Some(Value::Null)),
+            3 => proptest::sample::select(values).prop_map(Some),
+        ]
+    }
+
+    fn set(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
+        if let Some(value) = value {
+            map.insert(key.into(), value);
+        }
+    }
+
+    fn budgets() -> impl Strategy<Value = (Option<Value>, Option<Value>)> {
+        let budget = || {
+            field(vec![
+                json!(0),
+                json!(1),
+                json!(2),
+                json!("25%"),
+                json!("100%"),
+            ])
+        };
+        (budget(), budget())
+    }
+
+    fn role_strategy() -> impl Strategy<Value = Option<Value>> {
+        let ty = field(vec![json!("Recreate"), json!("InPlaceIfPossible")]);
+        prop_oneof![
+            1 => Just(None),
+            1 => Just(Some(Value::Null)),
+            3 => (ty, budgets()).prop_map(|(ty, (surge, unavailable))| {
+                let mut map = Map::new();
+                set(&mut map, "type", ty);
+                set(&mut map, "maxSurge", surge);
+                set(&mut map, "maxUnavailable", unavailable);
+                Some(Value::Object(map))
+            }),
+        ]
+    }
+
+    fn role() -> impl Strategy<Value = Value> {
+        let containers = proptest::collection::vec(
+            proptest::sample::select(vec![
+                "vllm/vllm-openai:v0.9.0",
+                "lmsysorg/sglang:v0.4",
+                "engine:1",
+                "aibrix-runtime",
+            ]),
+            1..3,
+        );
+        (
+            "[a-z]{1,6}",
+            field(vec![json!(0), json!(1), json!(3)]),
+            field(vec![json!(0), json!(2)]),
+            role_strategy(),
+            containers,
+            any::<bool>(),
+        )
+            .prop_map(|(name, replicas, order, strategy, images, volume)| {
+                let containers: Vec<Value> = images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, image)| {
+                        let name = if *image == "aibrix-runtime" {
+                            SIDECAR_NAME.to_string()
+                        } else {
+                            format!("c{i}")
+                        };
+                        json!({"name": name, "image": image})
+                    })
+                    .collect();
+                let mut pod = json!({"containers": containers});
+                if volume {
+                    pod["volumes"] = json!([{"name": VOLUME, "hostPath": {"path": "/x"}}]);
+                }
+                let mut map = Map::new();
+                map.insert("name".into(), json!(name));
+                set(&mut map, "replicas", replicas);
+                set(&mut map, "upgradeOrder", order);
+                set(&mut map, "updateStrategy", strategy);
+                map.insert("template".into(), json!({"spec": pod}));
+                Value::Object(map)
+            })
+    }
+
+    fn roleset_spec() -> impl Strategy<Value = Value> {
+        (
+            field(vec![
+                json!("Sequential"),
+                json!("Parallel"),
+                json!("Interleave"),
+            ]),
+            proptest::collection::vec(role(), 0..4),
+        )
+            .prop_map(|(strategy, roles)| {
+                let mut map = Map::new();
+                set(&mut map, "updateStrategy", strategy);
+                map.insert("roles".into(), Value::Array(roles));
+                Value::Object(map)
+            })
+    }
+
+    fn steps() -> impl Strategy<Value = Value> {
+        let step = prop_oneof![
+            (0..=100i64).prop_map(|w| json!({"setWeight": w})),
+            Just(json!({"setWeight": 100})),
+            Just(json!({"pause": {}})),
+            Just(json!({"pause": {"duration": "30s"}})),
+        ];
+        // Short lists, and lists at the bound (where the final step is no longer appended).
+        let length = prop_oneof![0..5usize, (MAX_CANARY_STEPS - 1)..(MAX_CANARY_STEPS + 3)];
+        length
+            .prop_flat_map(move |n| proptest::collection::vec(step.clone(), n))
+            .prop_map(Value::Array)
+    }
+
+    fn stormservice() -> impl Strategy<Value = Value> {
+        let strategy = prop_oneof![
+            1 => Just(None),
+            1 => Just(Some(Value::Null)),
+            4 => (
+                field(vec![json!("RollingUpdate"), json!("InPlaceUpdate")]),
+                budgets(),
+                proptest::option::of(steps()),
+            )
+                .prop_map(|(ty, (surge, unavailable), steps)| {
+                    let mut map = Map::new();
+                    set(&mut map, "type", ty);
+                    set(&mut map, "maxSurge", surge);
+                    set(&mut map, "maxUnavailable", unavailable);
+                    if let Some(steps) = steps {
+                        map.insert("canary".into(), json!({"steps": steps}));
+                    }
+                    Some(Value::Object(map))
+                }),
+        ];
+        let annotations = prop_oneof![
+            2 => Just(None),
+            2 => Just(Some(json!({ANNOTATION_SIDECAR_INJECTION: "true"}))),
+            1 => Just(Some(json!({ANNOTATION_SIDECAR_INJECTION: "true", ANNOTATION_SIDECAR_IMAGE: "my/runtime:1"}))),
+            1 => Just(Some(json!({ANNOTATION_SIDECAR_INJECTION: "yes"}))),
+        ];
+        (
+            field(vec![json!(0), json!(1), json!(4)]),
+            field(vec![json!(3)]),
+            field(vec![json!(120)]),
+            strategy,
+            roleset_spec(),
+            annotations,
+            proptest::option::of(Just(json!({ANNOTATION_ENGINE: "triton"}))),
+        )
+            .prop_map(
+                |(replicas, history, deadline, strategy, template_spec, annotations, engine)| {
+                    let mut spec = Map::new();
+                    set(&mut spec, "replicas", replicas);
+                    set(&mut spec, "revisionHistoryLimit", history);
+                    set(&mut spec, "progressDeadlineSeconds", deadline);
+                    set(&mut spec, "updateStrategy", strategy);
+                    spec.insert("selector".into(), json!({"matchLabels": {"app": "a"}}));
+                    let mut metadata = json!({"labels": {"app": "a"}});
+                    if let Some(engine) = engine {
+                        metadata["annotations"] = engine;
+                    }
+                    spec.insert(
+                        "template".into(),
+                        json!({"metadata": metadata, "spec": template_spec}),
+                    );
+                    let mut object = json!({
+                        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+                        "metadata": {"name": "s"}, "spec": spec,
+                    });
+                    if let Some(annotations) = annotations {
+                        object["metadata"]["annotations"] = annotations;
+                    }
+                    object
+                },
+            )
+    }
+
+    fn roleset() -> impl Strategy<Value = Value> {
+        roleset_spec().prop_map(|spec| {
+            json!({"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+                   "metadata": {"name": "r"}, "spec": spec})
+        })
+    }
+
+    proptest! {
+        /// Applying the emitted additions gives exactly the object the old copy-and-diff
+        /// webhook's patch gave, with the same warnings (or the same error).
+        #[test]
+        fn emitted_patch_makes_the_object_the_old_webhook_made(
+            object in prop_oneof![stormservice(), roleset()]
+        ) {
+            match (mutation(&object), mutated(&object)) {
+                (Ok((additions, warnings)), Ok((expected, expected_warnings))) => {
+                    let mut patched = object.clone();
+                    for addition in &additions {
+                        add(&mut patched, addition);
+                    }
+                    prop_assert_eq!(&patched, &expected);
+                    prop_assert_eq!(warnings, expected_warnings);
+                    // The bytes the API server gets apply the same way.
+                    let patch: json_patch::Patch =
+                        serde_json::from_slice(&crate::api::defaults::json_patch(&additions)).unwrap();
+                    let mut applied = object.clone();
+                    json_patch::patch(&mut applied, &patch).unwrap();
+                    prop_assert_eq!(applied, expected);
+                }
+                (Err(error), Err(expected)) => prop_assert_eq!(error, expected),
+                (new, old) => prop_assert!(false, "new {:?} vs old {:?}", new.map(|_| ()), old.map(|_| ())),
+            }
+        }
+    }
+}
