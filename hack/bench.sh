@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark in one run, then the README's benchmark table regenerated
 # between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers.
-#   - admission: mutate / validate vs a no-op handler over TLS (benches/admission.rs)
+#   - admission: mutate / validate vs a no-op handler through the same layers over TLS: CPU
+#     per request, req/s, latency, allocations per review (benches/admission.rs)
 #   - planner: plans per second vs cloning the input (criterion, benches/planner.rs)
 #   - controller: scale, writes, CPU, memory, step latency on the local control plane, vs
 #     the API server's own pod-create rate (e2e/benches/controller.rs; BENCH_SERVICES,
@@ -62,7 +63,7 @@ out = pathlib.Path("target/bench")
 table = "\n".join([
     f"Measured {datetime.date.today().isoformat()} by `make bench`.",
     "",
-    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler runs on the same stack in the same run):",
+    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler answers through the same layers — bounds, timeouts, review thread — in the same run; CPU / req is the bench process's, client and server, user and kernel; a ratio is the no-op's cost over the webhook's, so 1.00× would cost nothing more):",
     "",
     (out / "admission.md").read_text().strip(),
     "",
