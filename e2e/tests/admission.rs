@@ -81,8 +81,11 @@ async fn webhook_defaults_are_stored_and_idempotent() {
     let mut replay = serde_json::to_value(&again).unwrap();
     replay["apiVersion"] = json!("orchestration.aibrix.ai/v1alpha1");
     replay["kind"] = json!("StormService");
-    let (patch, _) = squall::webhook::mutation(&replay).unwrap();
-    assert!(patch.0.is_empty(), "non-empty patch on replay: {patch:?}");
+    let (additions, _) = squall::webhook::mutation(&replay).unwrap();
+    assert!(
+        additions.is_empty(),
+        "non-empty patch on replay: {additions:?}"
+    );
 }
 
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
