@@ -92,18 +92,24 @@ pub struct SchedulingStrategy {
 impl SchedulingStrategy {
     /// Names (JSON keys) of the schedulers this strategy sets.
     pub fn schedulers(&self) -> Vec<&'static str> {
-        let mut set = Vec::new();
-        if self.godel_scheduling_strategy.is_some() {
-            set.push("godelSchedulingStrategy");
-        }
-        if self.coscheduling_scheduling_strategy.is_some() {
-            set.push("coschedulingSchedulingStrategy");
-        }
-        if self.volcano_scheduling_strategy.is_some() {
-            set.push("volcanoSchedulingStrategy");
-        }
-        set
+        schedulers_named(
+            self.godel_scheduling_strategy.is_some(),
+            self.coscheduling_scheduling_strategy.is_some(),
+            self.volcano_scheduling_strategy.is_some(),
+        )
     }
+}
+
+/// The schedulers a `schedulingStrategy` names, from which of its three fields are set.
+pub fn schedulers_named(godel: bool, coscheduling: bool, volcano: bool) -> Vec<&'static str> {
+    [
+        (godel, "godelSchedulingStrategy"),
+        (coscheduling, "coschedulingSchedulingStrategy"),
+        (volcano, "volcanoSchedulingStrategy"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect()
 }
 
 /// Godel PodGroup settings.

@@ -10,6 +10,7 @@ pub mod podset;
 pub mod roleset;
 pub mod stormservice;
 pub mod validation;
+pub mod view;
 
 pub use common::*;
 pub use podset::*;

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{Condition, DisruptionTolerance, EmbeddedObjectMetadata, RoleStatus};
 use super::roleset::RoleSetSpec;
+use super::view::IntOrStr;
 
 /// A multi-role inference service: `replicas` RoleSets rendered from one template, rolled
 /// out together.
@@ -384,16 +385,22 @@ impl PauseStep {
     /// wait. Grammar (SPEC §3): an integer number of seconds, or `^(\d+h)?(\d+m)?(\d+s)?$`
     /// (non-empty). The error says what is wrong.
     pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
-        match &self.duration {
-            None => Ok(None),
-            Some(IntOrString::Int(n)) => u64::try_from(*n)
-                .map(Some)
-                .map_err(|_| "must not be negative".to_string()),
-            Some(IntOrString::String(s)) => parse_duration(s).map(Some).ok_or_else(|| {
-                "must be an integer number of seconds or a duration such as '30s', '5m', '1h', '1h30m'"
-                    .to_string()
-            }),
-        }
+        pause_seconds(self.duration.as_ref().map(IntOrStr::from).as_ref())
+    }
+}
+
+/// A pause `duration` in seconds: `None` for a manual gate (no duration); the error says
+/// what is wrong ([`PauseStep::duration_seconds`]).
+pub fn pause_seconds(duration: Option<&IntOrStr<'_>>) -> Result<Option<u64>, String> {
+    match duration {
+        None => Ok(None),
+        Some(IntOrStr::Int(n)) => u64::try_from(*n)
+            .map(Some)
+            .map_err(|_| "must not be negative".to_string()),
+        Some(IntOrStr::Str(s)) => parse_duration(s).map(Some).ok_or_else(|| {
+            "must be an integer number of seconds or a duration such as '30s', '5m', '1h', '1h30m'"
+                .to_string()
+        }),
     }
 }
 

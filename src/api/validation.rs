@@ -7,15 +7,17 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
+use super::view::{
+    IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleView, SelectorView, StatusView, StepView,
+    StormServiceSpecView, Str,
+};
 use super::{
-    CanaryPhase, GROUP, PodSet, RoleSet, RoleSetSpec, RoleSetUpdateStrategy, RoleSpec,
-    RoleUpdateStrategyType, StormService, StormServiceUpdateStrategyType, VERSION,
+    CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
+    StormService, StormServiceUpdateStrategyType, VERSION,
 };
 use crate::planner::budget::{Budget, resolve_fenceposts};
 
@@ -75,6 +77,14 @@ pub struct Report {
 }
 
 impl Report {
+    /// A report of one error.
+    fn from_error(error: FieldError) -> Self {
+        Self {
+            errors: vec![error],
+            warnings: Vec::new(),
+        }
+    }
+
     /// True when the object is admitted.
     pub fn is_valid(&self) -> bool {
         self.errors.is_empty()
@@ -89,9 +99,9 @@ impl Report {
             .join("; ")
     }
 
-    fn invalid(&mut self, path: impl Into<String>, value: impl fmt::Display, detail: &str) {
+    fn invalid(&mut self, path: impl fmt::Display, value: impl fmt::Display, detail: &str) {
         self.errors.push(FieldError {
-            path: path.into(),
+            path: path.to_string(),
             kind: ErrorKind::Invalid {
                 value: value.to_string(),
                 detail: detail.to_string(),
@@ -99,24 +109,17 @@ impl Report {
         });
     }
 
-    fn required(&mut self, path: impl Into<String>, detail: &str) {
+    fn required(&mut self, path: impl fmt::Display, detail: &str) {
         self.errors.push(FieldError {
-            path: path.into(),
+            path: path.to_string(),
             kind: ErrorKind::Required(detail.to_string()),
         });
     }
 
-    fn forbidden(&mut self, path: impl Into<String>, detail: &str) {
+    fn forbidden(&mut self, path: impl fmt::Display, detail: &str) {
         self.errors.push(FieldError {
-            path: path.into(),
+            path: path.to_string(),
             kind: ErrorKind::Forbidden(detail.to_string()),
-        });
-    }
-
-    fn too_many(&mut self, path: impl Into<String>, actual: usize, max: usize) {
-        self.errors.push(FieldError {
-            path: path.into(),
-            kind: ErrorKind::TooMany { actual, max },
         });
     }
 
@@ -177,46 +180,68 @@ pub fn parse<T: DeserializeOwned>(object: &Value) -> Result<T, FieldError> {
 /// parsing an oversized list first costs hundreds of MB (a 1.3 MB review of 72,000 roles
 /// took 660 MB). Other kinds pass.
 pub fn raw_bounds(object: &Value) -> Result<(), FieldError> {
+    OwnedKind::of(object).map_or(Ok(()), |kind| raw_bounds_as(kind, object))
+}
+
+/// [`raw_bounds`] of `object` read as `kind` (a review names the kind; a hand-made one may
+/// leave it out of the object).
+fn raw_bounds_as(kind: OwnedKind, object: &Value) -> Result<(), FieldError> {
+    let count = |list: Option<&Value>| list.and_then(Value::as_array).map_or(0, Vec::len);
+    let (spec_path, steps, roles) = match kind {
+        OwnedKind::StormService => (
+            "spec.template.spec",
+            count(object.pointer("/spec/updateStrategy/canary/steps")),
+            object.pointer("/spec/template/spec/roles"),
+        ),
+        OwnedKind::RoleSet => ("spec", 0, object.pointer("/spec/roles")),
+        OwnedKind::PodSet => return Ok(()),
+    };
+    let roles = roles
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    check_bounds(
+        spec_path,
+        steps,
+        roles.len(),
+        roles.iter().map(|role| {
+            (
+                count(role.pointer("/template/spec/containers")),
+                count(role.pointer("/template/spec/initContainers")),
+            )
+        }),
+    )
+}
+
+/// The list bounds of a StormService's `steps` (none for a RoleSet) and of the roles of the
+/// RoleSet spec at `spec_path` with their (containers, initContainers) counts: the first
+/// one exceeded. A final `setWeight: 100` may come on top of the steps a user wrote.
+fn check_bounds(
+    spec_path: &str,
+    steps: usize,
+    roles: usize,
+    containers: impl Iterator<Item = (usize, usize)>,
+) -> Result<(), FieldError> {
     let too_many = |path: String, actual: usize, max: usize| {
         Err(FieldError {
             path,
             kind: ErrorKind::TooMany { actual, max },
         })
     };
-    let (spec_path, roles) = match OwnedKind::of(object) {
-        Some(OwnedKind::StormService) => {
-            // A final `setWeight: 100` may come on top of the steps a user wrote.
-            let steps = object
-                .pointer("/spec/updateStrategy/canary/steps")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            if steps > MAX_CANARY_STEPS + 1 {
-                return too_many(
-                    "spec.updateStrategy.canary.steps".into(),
-                    steps,
-                    MAX_CANARY_STEPS + 1,
-                );
-            }
-            (
-                "spec.template.spec",
-                object.pointer("/spec/template/spec/roles"),
-            )
-        }
-        Some(OwnedKind::RoleSet) => ("spec", object.pointer("/spec/roles")),
-        _ => return Ok(()),
-    };
-    let roles = roles
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
-    if roles.len() > MAX_ROLES {
-        return too_many(format!("{spec_path}.roles"), roles.len(), MAX_ROLES);
+    if steps > MAX_CANARY_STEPS + 1 {
+        return too_many(
+            "spec.updateStrategy.canary.steps".into(),
+            steps,
+            MAX_CANARY_STEPS + 1,
+        );
     }
-    for (i, role) in roles.iter().enumerate() {
-        for list in ["containers", "initContainers"] {
-            let count = role
-                .pointer(&format!("/template/spec/{list}"))
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+    if roles > MAX_ROLES {
+        return too_many(format!("{spec_path}.roles"), roles, MAX_ROLES);
+    }
+    for (i, (containers, init_containers)) in containers.enumerate() {
+        for (list, count) in [
+            ("containers", containers),
+            ("initContainers", init_containers),
+        ] {
             if count > MAX_CONTAINERS {
                 return too_many(
                     format!("{spec_path}.roles[{i}].template.spec.{list}"),
@@ -229,71 +254,234 @@ pub fn raw_bounds(object: &Value) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// [`check_bounds`] of a parsed view.
+fn view_bounds(
+    spec_path: &str,
+    steps: usize,
+    spec: Option<&RoleSetSpecView<'_>>,
+) -> Result<(), FieldError> {
+    let roles = spec.and_then(|s| s.roles.as_deref()).unwrap_or_default();
+    check_bounds(
+        spec_path,
+        steps,
+        roles.len(),
+        roles.iter().map(|role| {
+            let pod = role.template.as_ref().and_then(|t| t.spec.as_ref());
+            (
+                pod.map_or(0, |p| p.containers.0),
+                pod.and_then(|p| p.init_containers).map_or(0, |c| c.0),
+            )
+        }),
+    )
+}
+
 /// Validates a raw object of an owned kind (`old` on UPDATE); `None` for other kinds.
-/// An object that does not parse is reported as one error naming the field; one over the
-/// list bounds ([`raw_bounds`]) as that error alone, without being parsed (an update that
-/// keeps the stored object's excess is ratcheted through).
 pub fn validate_object(new: &Value, old: Option<&Value>) -> Option<Report> {
-    fn typed<T: DeserializeOwned>(
-        new: &Value,
-        old: Option<&Value>,
-        validate: fn(&T, Option<&T>) -> Report,
-    ) -> Report {
-        if let Err(error) = raw_bounds(new) {
-            let mut report = Report {
-                errors: vec![error],
-                warnings: Vec::new(),
-            };
-            if let Some(Err(old_error)) = old.map(raw_bounds) {
-                ratchet(
-                    &mut report,
-                    &Report {
-                        errors: vec![old_error],
-                        warnings: Vec::new(),
-                    },
-                );
-            }
-            return report;
+    let kind = OwnedKind::of(new)?;
+    if kind == OwnedKind::PodSet {
+        return Some(match parse::<PodSet>(new) {
+            Ok(podset) => validate_podset(&podset, None),
+            Err(error) => Report::from_error(error),
+        });
+    }
+    let new = new.to_string();
+    let old = old.map(Value::to_string);
+    Some(validate_json(kind, &new, old.as_deref()))
+}
+
+/// Validates the JSON of a StormService or a RoleSet (`old`: the stored object on UPDATE) —
+/// the validating webhook's entry, and through [`validate_object`] and the typed entries,
+/// `squall lint`'s and the controllers'.
+///
+/// The object is read as a view ([`crate::api::view`]): nothing is copied, and nothing is
+/// formatted unless a rule reports. An object that does not parse is reported as one error
+/// naming the field (found by parsing it again into squall's types); one over the list
+/// bounds as that error alone (an update that keeps the stored object's excess is
+/// ratcheted through).
+pub fn validate_json(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
+    let Some(view) = View::parse(kind, new) else {
+        return unreadable(kind, new, old);
+    };
+    let old_view = old.and_then(|old| View::parse(kind, old));
+    if let Err(error) = view.bounds() {
+        let mut report = Report::from_error(error);
+        let old_error = match (&old_view, old) {
+            (Some(old_view), _) => old_view.bounds().err(),
+            (None, Some(old)) => bounds_of_raw(kind, old).err(),
+            (None, None) => None,
+        };
+        if let Some(old_error) = old_error {
+            ratchet(&mut report, &Report::from_error(old_error));
         }
-        let old = old.filter(|o| raw_bounds(o).is_ok());
-        match parse::<T>(new) {
-            Ok(typed_new) => {
-                let typed_old = old.and_then(|o| parse::<T>(o).ok());
-                validate(&typed_new, typed_old.as_ref())
-            }
-            Err(error) => Report {
-                errors: vec![error],
-                warnings: Vec::new(),
-            },
+        return report;
+    }
+    let old_view = old_view.filter(|o| o.bounds().is_ok());
+    match &view.spec {
+        Spec::StormService(spec) => {
+            let old = old_view.as_ref().and_then(|o| match &o.spec {
+                Spec::StormService(old_spec) => Some((o, old_spec)),
+                Spec::RoleSet(_) => None,
+            });
+            validate_stormservice_view(&view, spec, old)
+        }
+        Spec::RoleSet(spec) => {
+            let old = old_view.as_ref().and_then(|o| match &o.spec {
+                Spec::RoleSet(old_spec) => Some((o, old_spec)),
+                Spec::StormService(_) => None,
+            });
+            validate_roleset_view(&view, spec, old)
         }
     }
-    Some(match OwnedKind::of(new)? {
-        OwnedKind::StormService => typed(new, old, validate_stormservice),
-        OwnedKind::RoleSet => typed(new, old, validate_roleset),
-        OwnedKind::PodSet => typed(new, old, validate_podset),
-    })
+}
+
+/// An object whose view does not parse: the bounds, then the field that breaks parsing into
+/// squall's types, as today's error (the slow path: only bad objects take it).
+fn unreadable(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
+    let new_value: Value = match serde_json::from_str(new) {
+        Ok(value) => value,
+        Err(error) => {
+            return Report::from_error(FieldError {
+                path: "<object>".into(),
+                kind: ErrorKind::Invalid {
+                    value: "(as written)".into(),
+                    detail: error.to_string(),
+                },
+            });
+        }
+    };
+    if let Err(error) = raw_bounds_as(kind, &new_value) {
+        let mut report = Report::from_error(error);
+        if let Some(Err(old_error)) = old.map(|old| bounds_of_raw(kind, old)) {
+            ratchet(&mut report, &Report::from_error(old_error));
+        }
+        return report;
+    }
+    let parsed = match kind {
+        OwnedKind::StormService => parse::<StormService>(&new_value).map(drop),
+        OwnedKind::RoleSet => parse::<RoleSet>(&new_value).map(drop),
+        OwnedKind::PodSet => parse::<PodSet>(&new_value).map(drop),
+    };
+    Report::from_error(parsed.err().unwrap_or_else(|| FieldError {
+        // The typed object parses where its view did not: not expected (the view reads no
+        // field more strictly than the type does); reported rather than assumed away.
+        path: "<object>".into(),
+        kind: ErrorKind::Invalid {
+            value: "(as written)".into(),
+            detail: "could not be read".into(),
+        },
+    }))
+}
+
+/// [`raw_bounds`] of an object's JSON text (`Ok` for text that is not JSON: its parse
+/// error is reported instead).
+fn bounds_of_raw(kind: OwnedKind, json: &str) -> Result<(), FieldError> {
+    serde_json::from_str::<Value>(json).map_or(Ok(()), |value| raw_bounds_as(kind, &value))
+}
+
+/// An object parsed as a view: its metadata, raw spec and status, and the spec's view.
+pub struct View<'a> {
+    /// The object's metadata, raw spec and status.
+    pub object: ObjectView<'a>,
+    /// The spec, read.
+    pub spec: Spec<'a>,
+}
+
+/// The spec of a [`View`].
+pub enum Spec<'a> {
+    /// A StormService's.
+    StormService(StormServiceSpecView<'a>),
+    /// A RoleSet's.
+    RoleSet(RoleSetSpecView<'a>),
+}
+
+impl<'a> View<'a> {
+    /// The view of `json` as `kind` (a StormService or a RoleSet); `None` when it does not
+    /// parse (or is a PodSet).
+    pub fn parse(kind: OwnedKind, json: &'a str) -> Option<Self> {
+        let object: ObjectView<'a> = serde_json::from_str(json).ok()?;
+        let spec = object.spec?.get();
+        let spec = match kind {
+            OwnedKind::StormService => Spec::StormService(serde_json::from_str(spec).ok()?),
+            OwnedKind::RoleSet => Spec::RoleSet(serde_json::from_str(spec).ok()?),
+            OwnedKind::PodSet => return None,
+        };
+        Some(Self { object, spec })
+    }
+
+    /// The first list bound the object exceeds.
+    pub fn bounds(&self) -> Result<(), FieldError> {
+        match &self.spec {
+            Spec::StormService(spec) => view_bounds(
+                "spec.template.spec",
+                spec.update_strategy
+                    .as_ref()
+                    .and_then(|s| s.canary.as_ref())
+                    .and_then(|c| c.steps.as_ref())
+                    .map_or(0, Vec::len),
+                spec.template.spec.as_ref(),
+            ),
+            Spec::RoleSet(spec) => view_bounds("spec", 0, Some(spec)),
+        }
+    }
+
+    /// Whether the spec is the same as `other`'s: byte for byte, or as JSON values.
+    fn same_spec(&self, other: &View<'_>) -> bool {
+        let (Some(a), Some(b)) = (self.object.spec, other.object.spec) else {
+            return false;
+        };
+        a.get() == b.get()
+            || serde_json::from_str::<Value>(a.get()).ok()
+                == serde_json::from_str::<Value>(b.get()).ok()
+    }
 }
 
 /// Validates a StormService; `old` is the stored object on UPDATE (ratcheting, immutable
-/// selector, canary-edit warning).
+/// selector, canary-edit warning). For the controllers: the object is read through its JSON
+/// by [`validate_json`], the one implementation of the rules.
 pub fn validate_stormservice(new: &StormService, old: Option<&StormService>) -> Report {
-    let mut report = check_stormservice(new);
-    let Some(old) = old else { return report };
-    if is_exempt_update(&new.metadata, new.spec == old.spec) {
+    typed_entry(OwnedKind::StormService, new, old)
+}
+
+/// Validates a RoleSet; `old` is the stored object on UPDATE (ratcheting).
+pub fn validate_roleset(new: &RoleSet, old: Option<&RoleSet>) -> Report {
+    typed_entry(OwnedKind::RoleSet, new, old)
+}
+
+fn typed_entry<T: serde::Serialize>(kind: OwnedKind, new: &T, old: Option<&T>) -> Report {
+    let json = |object: &T| serde_json::to_string(object).expect("an API object serializes");
+    let new = json(new);
+    let old = old.map(json);
+    validate_json(kind, &new, old.as_deref())
+}
+
+fn validate_stormservice_view(
+    view: &View<'_>,
+    spec: &StormServiceSpecView<'_>,
+    old: Option<(&View<'_>, &StormServiceSpecView<'_>)>,
+) -> Report {
+    let mut report = check_stormservice(&view.object.metadata, spec);
+    let Some((old_view, old_spec)) = old else {
+        return report;
+    };
+    if is_exempt_update(&view.object.metadata, view.same_spec(old_view)) {
         return Report::default();
     }
-    ratchet(&mut report, &check_stormservice(old));
-    if new.spec.selector != old.spec.selector {
+    ratchet(
+        &mut report,
+        &check_stormservice(&old_view.object.metadata, old_spec),
+    );
+    if spec.selector != old_spec.selector {
         report.invalid(
             "spec.selector",
-            selector_string(&new.spec.selector),
+            selector_string(&spec.selector),
             "field is immutable",
         );
     }
-    let canary_running = old
+    let canary_running = old_view
+        .object
         .status
-        .as_ref()
-        .and_then(|s| s.canary_status.as_ref())
+        .and_then(|status| serde_json::from_str::<StatusView>(status.get()).ok())
+        .and_then(|s| s.canary_status)
         .and_then(|c| c.phase)
         .is_some_and(|p| {
             matches!(
@@ -301,7 +489,7 @@ pub fn validate_stormservice(new: &StormService, old: Option<&StormService>) -> 
                 CanaryPhase::Initializing | CanaryPhase::Progressing | CanaryPhase::Paused
             )
         });
-    if canary_running && new.spec.canary_steps() != old.spec.canary_steps() {
+    if canary_running && spec.canary_steps() != old_spec.canary_steps() {
         report.warn(
             "editing canary steps while a canary is in progress restarts it at step 0".into(),
         );
@@ -309,16 +497,21 @@ pub fn validate_stormservice(new: &StormService, old: Option<&StormService>) -> 
     report
 }
 
-/// Validates a RoleSet; `old` is the stored object on UPDATE (ratcheting).
-pub fn validate_roleset(new: &RoleSet, old: Option<&RoleSet>) -> Report {
+fn validate_roleset_view(
+    view: &View<'_>,
+    spec: &RoleSetSpecView<'_>,
+    old: Option<(&View<'_>, &RoleSetSpecView<'_>)>,
+) -> Report {
     let mut report = Report::default();
-    check_roleset_spec(&new.spec, "spec", true, &mut report);
-    let Some(old) = old else { return report };
-    if is_exempt_update(&new.metadata, new.spec == old.spec) {
+    check_roleset_spec(spec, FieldPath::Root("spec"), true, &mut report);
+    let Some((old_view, old_spec)) = old else {
+        return report;
+    };
+    if is_exempt_update(&view.object.metadata, view.same_spec(old_view)) {
         return Report::default();
     }
     let mut old_report = Report::default();
-    check_roleset_spec(&old.spec, "spec", true, &mut old_report);
+    check_roleset_spec(old_spec, FieldPath::Root("spec"), true, &mut old_report);
     ratchet(&mut report, &old_report);
     report
 }
@@ -338,7 +531,7 @@ pub fn validate_podset(new: &PodSet, _old: Option<&PodSet>) -> Report {
 
 /// Updates that are always allowed (SPEC §4.2), so objects admitted earlier can be
 /// finalized and deleted: the object is terminating, or only metadata or status changed.
-fn is_exempt_update(new_meta: &ObjectMeta, spec_unchanged: bool) -> bool {
+fn is_exempt_update(new_meta: &MetaView<'_>, spec_unchanged: bool) -> bool {
     new_meta.deletion_timestamp.is_some() || spec_unchanged
 }
 
@@ -349,10 +542,9 @@ fn ratchet(report: &mut Report, old: &Report) {
     report.errors.retain(|e| !existing.contains(e));
 }
 
-fn check_stormservice(ss: &StormService) -> Report {
+fn check_stormservice(meta: &MetaView<'_>, spec: &StormServiceSpecView<'_>) -> Report {
     let mut report = Report::default();
-    check_stormservice_name(&ss.metadata, &mut report);
-    let spec = &ss.spec;
+    check_stormservice_name(meta, &mut report);
 
     // Rule 2: a non-empty selector that selects the template's labels.
     let selector = &spec.selector;
@@ -394,7 +586,8 @@ fn check_stormservice(ss: &StormService) -> Report {
     }
 
     // Rule 7: replicas.
-    check_replicas(spec.replicas, "spec.replicas", &mut report);
+    let root = FieldPath::Root("spec");
+    check_replicas(spec.replicas, root.field("replicas"), &mut report);
 
     // Rule 8: StormService budgets.
     let strategy = spec.update_strategy.as_ref();
@@ -402,7 +595,7 @@ fn check_stormservice(ss: &StormService) -> Report {
         strategy.and_then(|s| s.max_surge.as_ref()),
         strategy.and_then(|s| s.max_unavailable.as_ref()),
         spec.replicas_or_default(),
-        "spec.updateStrategy",
+        root.field("updateStrategy"),
         &mut report,
     );
 
@@ -420,7 +613,10 @@ fn check_stormservice(ss: &StormService) -> Report {
             "spec.template.spec",
             "a StormService needs a RoleSet template with at least one role",
         ),
-        Some(rs_spec) => check_roleset_spec(rs_spec, "spec.template.spec", false, &mut report),
+        Some(rs_spec) => {
+            let template = root.field("template");
+            check_roleset_spec(rs_spec, template.field("spec"), false, &mut report);
+        }
     }
 
     // Rule 11: warnings.
@@ -455,7 +651,7 @@ fn check_stormservice(ss: &StormService) -> Report {
 }
 
 /// Rule 1: the name becomes the headless Service's name, so it is a DNS-1035 label.
-fn check_stormservice_name(meta: &ObjectMeta, report: &mut Report) {
+fn check_stormservice_name(meta: &MetaView<'_>, report: &mut Report) {
     if let Some(name) = meta.name.as_deref().filter(|n| !n.is_empty()) {
         if let Err(detail) = dns1035_label(name, 63) {
             report.invalid("metadata.name", quoted(name), &detail);
@@ -473,44 +669,45 @@ fn check_stormservice_name(meta: &ObjectMeta, report: &mut Report) {
     }
 }
 
-/// Rules 5–9 for a RoleSet spec, at `path` (`spec` or `spec.template.spec`).
-fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, report: &mut Report) {
+/// Rules 5–9 for a RoleSet spec, at `path` (`spec` or `spec.template.spec`); its list
+/// bounds were checked first ([`View::bounds`]).
+fn check_roleset_spec(
+    spec: &RoleSetSpecView<'_>,
+    path: FieldPath<'_>,
+    rollout_allowed: bool,
+    report: &mut Report,
+) {
     let roles = spec.roles.as_deref().unwrap_or_default();
+    let roles_path = path.field("roles");
     if !rollout_allowed && roles.is_empty() {
-        report.required(format!("{path}.roles"), "at least one role is required");
-    }
-    if let Err(error) = roles_within_bound(spec, path) {
-        // Checking every role of an oversized list would make the work (and the message)
-        // grow with what the client sent.
-        report.errors.push(error);
-        return;
+        report.required(roles_path, "at least one role is required");
     }
     if let Some(strategy) = &spec.scheduling_strategy {
         check_scheduling_strategy(
             strategy.schedulers(),
-            &format!("{path}.schedulingStrategy"),
+            path.field("schedulingStrategy"),
             report,
         );
     }
-    let mut names = HashSet::new();
+    // Up to MAX_ROLES names: a linear scan costs less than a set.
     for (i, role) in roles.iter().enumerate() {
-        let role_path = format!("{path}.roles[{i}]");
-        check_role(role, &role_path, report);
-        if !role.name.is_empty() && !names.insert(role.name.as_str()) {
+        let role_path = roles_path.index(i);
+        check_role(role, role_path, report);
+        if !role.name.is_empty() && roles[..i].iter().any(|earlier| earlier.name == role.name) {
             report.errors.push(FieldError {
-                path: format!("{role_path}.name"),
+                path: role_path.field("name").to_string(),
                 kind: ErrorKind::Duplicate(quoted(&role.name)),
             });
         }
         if !rollout_allowed && role.rollout.is_some() {
             report.forbidden(
-                format!("{role_path}.rollout"),
+                role_path.field("rollout"),
                 "the rollout block is written by the StormService controller on RoleSets; use spec.updateStrategy.canary",
             );
         }
         if spec.scheduling_strategy.is_some() && role.scheduling_strategy.is_some() {
             report.forbidden(
-                format!("{role_path}.schedulingStrategy"),
+                role_path.field("schedulingStrategy"),
                 &format!("must not be set when {path}.schedulingStrategy is set"),
             );
         }
@@ -528,24 +725,8 @@ fn check_roleset_spec(spec: &RoleSetSpec, path: &str, rollout_allowed: bool, rep
     }
     let explicit = roles.iter().filter(|r| r.upgrade_order.is_some()).count();
     if explicit > 0 && explicit < roles.len() {
-        report.warn(mixed_upgrade_order_warning(path));
+        report.warn(mixed_upgrade_order_warning(&path.to_string()));
     }
-}
-
-/// The role-count bound of a typed RoleSet spec at `path` (raw objects are checked before
-/// parsing, by [`raw_bounds`]).
-fn roles_within_bound(spec: &RoleSetSpec, path: &str) -> Result<(), FieldError> {
-    let count = spec.roles.as_ref().map_or(0, Vec::len);
-    if count > MAX_ROLES {
-        return Err(FieldError {
-            path: format!("{path}.roles"),
-            kind: ErrorKind::TooMany {
-                actual: count,
-                max: MAX_ROLES,
-            },
-        });
-    }
-    Ok(())
 }
 
 /// The warning for a role list that mixes explicit and absent `upgradeOrder` (SPEC §2); the
@@ -557,40 +738,23 @@ pub fn mixed_upgrade_order_warning(roleset_spec_path: &str) -> String {
 }
 
 /// Rules 6–9 for one role.
-fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
+fn check_role(role: &RoleView<'_>, path: FieldPath<'_>, report: &mut Report) {
     if role.name.is_empty() {
-        report.required(format!("{path}.name"), "every role needs a name");
+        report.required(path.field("name"), "every role needs a name");
     } else if let Err(detail) = dns1123_label(&role.name, MAX_ROLE_NAME_LEN) {
-        report.invalid(format!("{path}.name"), quoted(&role.name), &detail);
+        report.invalid(path.field("name"), quoted(&role.name), &detail);
     }
-    check_replicas(role.replicas, &format!("{path}.replicas"), report);
-    if let Some(spec) = role.template.as_ref().and_then(|t| t.spec.as_ref()) {
-        for (field, count) in [
-            ("containers", spec.containers.len()),
-            (
-                "initContainers",
-                spec.init_containers.as_ref().map_or(0, Vec::len),
-            ),
-        ] {
-            if count > MAX_CONTAINERS {
-                report.too_many(
-                    format!("{path}.template.spec.{field}"),
-                    count,
-                    MAX_CONTAINERS,
-                );
-            }
-        }
-    }
+    check_replicas(role.replicas, path.field("replicas"), report);
     if let Some(order) = role.upgrade_order.filter(|o| *o < 0) {
         report.invalid(
-            format!("{path}.upgradeOrder"),
+            path.field("upgradeOrder"),
             order,
             "must be greater than or equal to 0",
         );
     }
     if let Some(size) = role.pod_group_size.filter(|s| !(1..=100).contains(s)) {
         report.invalid(
-            format!("{path}.podGroupSize"),
+            path.field("podGroupSize"),
             size,
             "must be between 1 and 100",
         );
@@ -600,13 +764,13 @@ fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
         strategy.and_then(|s| s.max_surge.as_ref()),
         strategy.and_then(|s| s.max_unavailable.as_ref()),
         role.replicas_or_default(),
-        &format!("{path}.updateStrategy"),
+        path.field("updateStrategy"),
         report,
     );
     if let Some(strategy) = &role.scheduling_strategy {
         check_scheduling_strategy(
             strategy.schedulers(),
-            &format!("{path}.schedulingStrategy"),
+            path.field("schedulingStrategy"),
             report,
         );
     }
@@ -625,7 +789,7 @@ fn check_role(role: &RoleSpec, path: &str, report: &mut Report) {
 }
 
 /// Rule 7 and the replica bound: `0 ..= MAX_REPLICAS`.
-fn check_replicas(replicas: Option<i32>, path: &str, report: &mut Report) {
+fn check_replicas(replicas: Option<i32>, path: FieldPath<'_>, report: &mut Report) {
     match replicas {
         Some(r) if r < 0 => report.invalid(path, r, "must be greater than or equal to 0"),
         Some(r) if r > MAX_REPLICAS => report.invalid(
@@ -638,7 +802,7 @@ fn check_replicas(replicas: Option<i32>, path: &str, report: &mut Report) {
 }
 
 /// Rule 9: one scheduler per strategy.
-fn check_scheduling_strategy(schedulers: Vec<&str>, path: &str, report: &mut Report) {
+fn check_scheduling_strategy(schedulers: Vec<&str>, path: FieldPath<'_>, report: &mut Report) {
     if schedulers.len() > 1 {
         report.invalid(
             path,
@@ -651,30 +815,31 @@ fn check_scheduling_strategy(schedulers: Vec<&str>, path: &str, report: &mut Rep
 /// Rule 8: well-formed budgets, not both literally 0; a warning when percentages resolve to
 /// 0 at the current replica count (the fence-post rule then allows 1 unavailable).
 fn check_budgets(
-    max_surge: Option<&IntOrString>,
-    max_unavailable: Option<&IntOrString>,
+    max_surge: Option<&IntOrStr<'_>>,
+    max_unavailable: Option<&IntOrStr<'_>>,
     replicas: i32,
-    path: &str,
+    path: FieldPath<'_>,
     report: &mut Report,
 ) {
-    let mut parse = |field: &str, value: Option<&IntOrString>| match value.map(Budget::parse) {
-        Some(Ok(budget)) => Some(budget),
-        Some(Err(detail)) => {
-            report.invalid(
-                format!("{path}.{field}"),
-                int_or_string(value.expect("parsed")),
-                &detail,
-            );
-            None
-        }
-        None => None,
-    };
+    let mut parse =
+        |field: &'static str, value: Option<&IntOrStr<'_>>| match value.map(Budget::parse_view) {
+            Some(Ok(budget)) => Some(budget),
+            Some(Err(detail)) => {
+                report.invalid(
+                    path.field(field),
+                    int_or_string(value.expect("parsed")),
+                    &detail,
+                );
+                None
+            }
+            None => None,
+        };
     let surge = parse("maxSurge", max_surge);
     let unavailable = parse("maxUnavailable", max_unavailable);
     match (surge, unavailable) {
         (Some(s), Some(u)) if s.is_literally_zero() && u.is_literally_zero() => {
             report.invalid(
-                format!("{path}.maxUnavailable"),
+                path.field("maxUnavailable"),
                 int_or_string(max_unavailable.expect("parsed")),
                 "may not be 0 when maxSurge is 0",
             );
@@ -694,7 +859,7 @@ fn check_budgets(
 }
 
 /// Rule 10: canary steps.
-fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
+fn check_canary_steps(steps: &[StepView<'_>], report: &mut Report) {
     let path = "spec.updateStrategy.canary.steps";
     let user_written = match steps.last() {
         Some(last) if last.set_weight == Some(100) && last.pause.is_none() => steps.len() - 1,
@@ -710,17 +875,18 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
         );
         return;
     }
+    let steps_path = FieldPath::Root(path);
     let mut previous_weight: Option<(usize, i32)> = None;
     for (i, step) in steps.iter().enumerate() {
-        let step_path = format!("{path}[{i}]");
+        let step_path = steps_path.index(i);
         match (step.set_weight, &step.pause) {
             (Some(_), Some(_)) => report.invalid(
-                step_path.clone(),
+                step_path,
                 "setWeight and pause",
                 "a step must have exactly one of setWeight and pause",
             ),
             (None, None) => report.required(
-                step_path.clone(),
+                step_path,
                 "a step must have exactly one of setWeight and pause",
             ),
             _ => {}
@@ -728,13 +894,13 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
         if let Some(weight) = step.set_weight {
             if !(0..=100).contains(&weight) {
                 report.invalid(
-                    format!("{step_path}.setWeight"),
+                    step_path.field("setWeight"),
                     weight,
                     "must be between 0 and 100",
                 );
             } else if let Some((j, before)) = previous_weight.filter(|(_, w)| weight < *w) {
                 report.invalid(
-                    format!("{step_path}.setWeight"),
+                    step_path.field("setWeight"),
                     weight,
                     &format!("weights must not decrease (steps[{j}].setWeight is {before})"),
                 );
@@ -746,7 +912,7 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
             && let Err(detail) = pause.duration_seconds()
         {
             report.invalid(
-                format!("{step_path}.pause.duration"),
+                step_path.field("pause").field("duration"),
                 int_or_string(pause.duration.as_ref().expect("a duration failed to parse")),
                 &detail,
             );
@@ -754,10 +920,42 @@ fn check_canary_steps(steps: &[super::CanaryStep], report: &mut Report) {
     }
 }
 
+/// A field path, written out only when a rule reports: nothing is formatted for a valid
+/// object.
+#[derive(Clone, Copy)]
+enum FieldPath<'a> {
+    /// A path given whole.
+    Root(&'static str),
+    /// A field of a path.
+    Field(&'a FieldPath<'a>, &'static str),
+    /// An item of a list.
+    Index(&'a FieldPath<'a>, usize),
+}
+
+impl<'a> FieldPath<'a> {
+    fn field(&'a self, name: &'static str) -> FieldPath<'a> {
+        FieldPath::Field(self, name)
+    }
+
+    fn index(&'a self, i: usize) -> FieldPath<'a> {
+        FieldPath::Index(self, i)
+    }
+}
+
+impl fmt::Display for FieldPath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldPath::Root(path) => f.write_str(path),
+            FieldPath::Field(parent, name) => write!(f, "{parent}.{name}"),
+            FieldPath::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
 /// Evaluates a label selector; `Err((path, detail))` for a malformed requirement.
 fn selector_matches(
-    selector: &LabelSelector,
-    labels: &BTreeMap<String, String>,
+    selector: &SelectorView<'_>,
+    labels: &BTreeMap<Str<'_>, Str<'_>>,
 ) -> Result<bool, (String, String)> {
     let labels_match = selector
         .match_labels
@@ -768,7 +966,7 @@ fn selector_matches(
     for (i, req) in selector.match_expressions.iter().flatten().enumerate() {
         let values = req.values.as_deref().unwrap_or_default();
         let value = labels.get(&req.key);
-        let matched = match req.operator.as_str() {
+        let matched = match &*req.operator {
             "In" | "NotIn" if values.is_empty() => {
                 return Err((
                     format!("matchExpressions[{i}].values"),
@@ -793,14 +991,14 @@ fn selector_matches(
     Ok(labels_match && expressions_match)
 }
 
-fn selector_string(selector: &LabelSelector) -> String {
+fn selector_string(selector: &SelectorView<'_>) -> String {
     serde_json::to_string(selector).unwrap_or_else(|_| "?".into())
 }
 
-fn int_or_string(value: &IntOrString) -> String {
+fn int_or_string(value: &IntOrStr<'_>) -> String {
     match value {
-        IntOrString::Int(n) => n.to_string(),
-        IntOrString::String(s) => quoted(s),
+        IntOrStr::Int(n) => n.to_string(),
+        IntOrStr::Str(s) => quoted(s),
     }
 }
 

@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::api::view::IntOrStr;
+
 /// A parsed `maxSurge` / `maxUnavailable` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
@@ -15,11 +17,16 @@ pub enum Budget {
 impl Budget {
     /// Parses a non-negative integer or `N%` with 0 ≤ N ≤ 100; the error says what is wrong.
     pub fn parse(value: &IntOrString) -> Result<Self, String> {
+        Self::parse_view(&IntOrStr::from(value))
+    }
+
+    /// [`Budget::parse`] of a value read from a view of the object.
+    pub fn parse_view(value: &IntOrStr<'_>) -> Result<Self, String> {
         match value {
-            IntOrString::Int(n) => u32::try_from(*n)
+            IntOrStr::Int(n) => u32::try_from(*n)
                 .map(Budget::Count)
                 .map_err(|_| "must be a non-negative integer or a percentage".to_string()),
-            IntOrString::String(s) => {
+            IntOrStr::Str(s) => {
                 let digits = s.strip_suffix('%').ok_or_else(|| {
                     "a string must be a percentage such as '25%'; use an integer for a count"
                         .to_string()

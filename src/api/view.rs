@@ -1,0 +1,451 @@
+//! What the validation rules and the defaults read of a StormService or a RoleSet, parsed
+//! straight from its JSON: strings borrowed from the document, lists the rules only count
+//! counted, and pod templates, status and the metadata the rules do not read skipped. One
+//! parse of a review's object costs little more than reading its bytes.
+//!
+//! Every field a rule reads has the type the full API type gives it (a `replicas` that is
+//! not an integer fails here as it fails there), so where a view parses, the rules see what
+//! the typed object would have shown them. What is skipped is checked by the API server's
+//! schema validation before the validating webhook is called (README, "Admission").
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{
+    CanaryPhase, RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType,
+};
+
+/// A string of the document: borrowed unless JSON escapes had to be decoded.
+pub type Str<'a> = Cow<'a, str>;
+
+/// An object as the rules read it: its metadata, and its spec (and status) still as JSON,
+/// so that an update can compare specs byte for byte before parsing them.
+#[derive(Debug, Deserialize)]
+pub struct ObjectView<'a> {
+    /// The metadata the rules read.
+    #[serde(borrow, default)]
+    pub metadata: MetaView<'a>,
+    /// The spec, unparsed.
+    #[serde(borrow, default)]
+    pub spec: Option<&'a RawValue>,
+    /// The status, unparsed (a stored object's canary phase is read from it on update).
+    #[serde(borrow, default)]
+    pub status: Option<&'a RawValue>,
+}
+
+/// The metadata the rules read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetaView<'a> {
+    /// `metadata.name`.
+    #[serde(borrow, default)]
+    pub name: Option<Str<'a>>,
+    /// `metadata.generateName`.
+    #[serde(borrow, default)]
+    pub generate_name: Option<Str<'a>>,
+    /// Present when the object is being deleted.
+    #[serde(default)]
+    pub deletion_timestamp: Option<IgnoredAny>,
+    /// The annotations, unparsed (the runtime sidecar is opted into there).
+    #[serde(borrow, default)]
+    pub annotations: Option<&'a RawValue>,
+}
+
+/// An integer or a string (`IntOrString`), the string borrowed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum IntOrStr<'a> {
+    /// An integer.
+    Int(i32),
+    /// A string.
+    Str(Str<'a>),
+}
+
+impl<'a> From<&'a IntOrString> for IntOrStr<'a> {
+    fn from(value: &'a IntOrString) -> Self {
+        match value {
+            IntOrString::Int(n) => Self::Int(*n),
+            IntOrString::String(s) => Self::Str(Cow::Borrowed(s)),
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for IntOrStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IntOrStrVisitor;
+        impl<'de> Visitor<'de> for IntOrStrVisitor {
+            type Value = IntOrStr<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a string")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                i32::try_from(v)
+                    .map(IntOrStr::Int)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                i32::try_from(v)
+                    .map(IntOrStr::Int)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(IntOrStr::Str(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(IntOrStr::Str(Cow::Owned(v.to_string())))
+            }
+        }
+        deserializer.deserialize_any(IntOrStrVisitor)
+    }
+}
+
+/// The length of a list whose items the rules do not read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count(pub usize);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+        impl<'de> Visitor<'de> for CountVisitor {
+            type Value = Count;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                let mut count = 0;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    count += 1;
+                }
+                Ok(Count(count))
+            }
+        }
+        deserializer.deserialize_seq(CountVisitor)
+    }
+}
+
+/// A label selector (serialized as `LabelSelector` is, for messages).
+#[derive(Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorView<'a> {
+    /// `matchExpressions`.
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub match_expressions: Option<Vec<RequirementView<'a>>>,
+    /// `matchLabels`.
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub match_labels: Option<BTreeMap<Str<'a>, Str<'a>>>,
+}
+
+/// One `matchExpressions` requirement.
+#[derive(Debug, PartialEq, Eq, Deserialize, Serialize)]
+pub struct RequirementView<'a> {
+    /// The label key.
+    #[serde(borrow)]
+    pub key: Str<'a>,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    #[serde(borrow)]
+    pub operator: Str<'a>,
+    /// The values (`In`, `NotIn`).
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<Str<'a>>>,
+}
+
+/// A StormService's spec.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StormServiceSpecView<'a> {
+    /// `spec.replicas`.
+    #[serde(default)]
+    pub replicas: Option<i32>,
+    /// `spec.selector`.
+    #[serde(borrow)]
+    pub selector: SelectorView<'a>,
+    /// `spec.stateful` (ignored; warned about).
+    #[serde(default)]
+    pub stateful: Option<bool>,
+    /// `spec.template`.
+    #[serde(borrow)]
+    pub template: TemplateView<'a>,
+    /// `spec.updateStrategy`.
+    #[serde(borrow, default)]
+    pub update_strategy: Option<StormServiceStrategyView<'a>>,
+    /// `spec.revisionHistoryLimit`.
+    #[serde(default)]
+    pub revision_history_limit: Option<i32>,
+    /// `spec.paused`.
+    #[serde(default)]
+    pub paused: Option<bool>,
+    /// `spec.disruptionTolerance` (ignored; warned about).
+    #[serde(default)]
+    pub disruption_tolerance: Option<IgnoredAny>,
+    /// `spec.progressDeadlineSeconds`.
+    #[serde(default)]
+    pub progress_deadline_seconds: Option<i32>,
+}
+
+/// `spec.template` of a StormService.
+#[derive(Debug, Deserialize)]
+pub struct TemplateView<'a> {
+    /// Its metadata's labels.
+    #[serde(borrow, default)]
+    pub metadata: Option<TemplateMetaView<'a>>,
+    /// The RoleSet spec.
+    #[serde(borrow, default)]
+    pub spec: Option<RoleSetSpecView<'a>>,
+}
+
+/// The labels of an embedded object's metadata.
+#[derive(Debug, Deserialize)]
+pub struct TemplateMetaView<'a> {
+    /// The labels.
+    #[serde(borrow, default)]
+    pub labels: Option<BTreeMap<Str<'a>, Str<'a>>>,
+}
+
+/// `spec.updateStrategy` of a StormService.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StormServiceStrategyView<'a> {
+    /// `type`.
+    #[serde(rename = "type", default)]
+    pub type_: Option<StormServiceUpdateStrategyType>,
+    /// `maxUnavailable`.
+    #[serde(borrow, default)]
+    pub max_unavailable: Option<IntOrStr<'a>>,
+    /// `maxSurge`.
+    #[serde(borrow, default)]
+    pub max_surge: Option<IntOrStr<'a>>,
+    /// `canary`.
+    #[serde(borrow, default)]
+    pub canary: Option<CanaryView<'a>>,
+}
+
+/// `spec.updateStrategy.canary`.
+#[derive(Debug, Deserialize)]
+pub struct CanaryView<'a> {
+    /// The steps.
+    #[serde(borrow, default)]
+    pub steps: Option<Vec<StepView<'a>>>,
+}
+
+/// One canary step.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepView<'a> {
+    /// `setWeight`.
+    #[serde(default)]
+    pub set_weight: Option<i32>,
+    /// `pause`.
+    #[serde(borrow, default)]
+    pub pause: Option<PauseView<'a>>,
+}
+
+/// A pause step.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+pub struct PauseView<'a> {
+    /// `duration`: seconds, or a duration such as `1h30m`; absent for a manual gate.
+    #[serde(borrow, default)]
+    pub duration: Option<IntOrStr<'a>>,
+}
+
+/// A RoleSet's spec (also a StormService's `spec.template.spec`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSetSpecView<'a> {
+    /// The roles.
+    #[serde(borrow, default)]
+    pub roles: Option<Vec<RoleView<'a>>>,
+    /// `updateStrategy`.
+    #[serde(default)]
+    pub update_strategy: Option<RoleSetUpdateStrategy>,
+    /// `schedulingStrategy`.
+    #[serde(default)]
+    pub scheduling_strategy: Option<SchedulingView>,
+    /// `topologyPolicy`.
+    #[serde(default)]
+    pub topology_policy: Option<IgnoredAny>,
+}
+
+/// One role.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleView<'a> {
+    /// `name`.
+    #[serde(borrow)]
+    pub name: Str<'a>,
+    /// `replicas`.
+    #[serde(default)]
+    pub replicas: Option<i32>,
+    /// `upgradeOrder`.
+    #[serde(default)]
+    pub upgrade_order: Option<i32>,
+    /// `podGroupSize`.
+    #[serde(default)]
+    pub pod_group_size: Option<i32>,
+    /// `updateStrategy`.
+    #[serde(borrow, default)]
+    pub update_strategy: Option<RoleStrategyView<'a>>,
+    /// `stateful`.
+    #[serde(default)]
+    pub stateful: Option<bool>,
+    /// `template`: how many containers it has.
+    #[serde(default)]
+    pub template: Option<PodTemplateView>,
+    /// `disruptionTolerance` (ignored; warned about).
+    #[serde(default)]
+    pub disruption_tolerance: Option<IgnoredAny>,
+    /// `schedulingStrategy`.
+    #[serde(default)]
+    pub scheduling_strategy: Option<SchedulingView>,
+    /// `rollout` (written by the StormService controller).
+    #[serde(default)]
+    pub rollout: Option<IgnoredAny>,
+}
+
+/// A role's `updateStrategy`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleStrategyView<'a> {
+    /// `type`.
+    #[serde(rename = "type", default)]
+    pub type_: Option<RoleUpdateStrategyType>,
+    /// `maxUnavailable`.
+    #[serde(borrow, default)]
+    pub max_unavailable: Option<IntOrStr<'a>>,
+    /// `maxSurge`.
+    #[serde(borrow, default)]
+    pub max_surge: Option<IntOrStr<'a>>,
+}
+
+/// A pod template, as far as the rules read it: its container counts.
+#[derive(Debug, Deserialize)]
+pub struct PodTemplateView {
+    /// The pod spec.
+    #[serde(default)]
+    pub spec: Option<PodSpecView>,
+}
+
+/// A pod spec's container counts.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpecView {
+    /// `containers`.
+    #[serde(default)]
+    pub containers: Count,
+    /// `initContainers`.
+    #[serde(default)]
+    pub init_containers: Option<Count>,
+}
+
+/// A `schedulingStrategy`: which schedulers it names.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingView {
+    /// `godelSchedulingStrategy`.
+    #[serde(default)]
+    pub godel_scheduling_strategy: Option<IgnoredAny>,
+    /// `coschedulingSchedulingStrategy`.
+    #[serde(default)]
+    pub coscheduling_scheduling_strategy: Option<IgnoredAny>,
+    /// `volcanoSchedulingStrategy`.
+    #[serde(default)]
+    pub volcano_scheduling_strategy: Option<IgnoredAny>,
+}
+
+impl SchedulingView {
+    /// The schedulers named.
+    pub fn schedulers(&self) -> Vec<&'static str> {
+        super::common::schedulers_named(
+            self.godel_scheduling_strategy.is_some(),
+            self.coscheduling_scheduling_strategy.is_some(),
+            self.volcano_scheduling_strategy.is_some(),
+        )
+    }
+}
+
+/// What the rules read of a stored StormService's status.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    /// `canaryStatus`.
+    #[serde(default)]
+    pub canary_status: Option<CanaryStatusView>,
+}
+
+/// `status.canaryStatus`.
+#[derive(Debug, Default, Deserialize)]
+pub struct CanaryStatusView {
+    /// `phase`.
+    #[serde(default)]
+    pub phase: Option<CanaryPhase>,
+}
+
+impl StormServiceSpecView<'_> {
+    /// `spec.replicas`, absent meaning the default.
+    pub fn replicas_or_default(&self) -> i32 {
+        self.replicas
+            .unwrap_or(super::defaults::DEFAULT_REPLICAS as i32)
+    }
+
+    /// The update strategy type; absent means RollingUpdate.
+    pub fn update_strategy_type(&self) -> StormServiceUpdateStrategyType {
+        self.update_strategy
+            .as_ref()
+            .and_then(|s| s.type_)
+            .unwrap_or_default()
+    }
+
+    /// The canary steps, when a canary is configured (non-empty `steps`).
+    pub fn canary_steps(&self) -> Option<&[StepView<'_>]> {
+        self.update_strategy
+            .as_ref()
+            .and_then(|s| s.canary.as_ref())
+            .and_then(|c| c.steps.as_deref())
+            .filter(|steps| !steps.is_empty())
+    }
+}
+
+impl RoleView<'_> {
+    /// `replicas`, absent meaning the default.
+    pub fn replicas_or_default(&self) -> i32 {
+        self.replicas
+            .unwrap_or(super::defaults::DEFAULT_REPLICAS as i32)
+    }
+
+    /// `upgradeOrder`, absent meaning 0.
+    pub fn upgrade_order_or_default(&self) -> i32 {
+        self.upgrade_order.unwrap_or(0)
+    }
+
+    /// `podGroupSize`, absent meaning 1.
+    pub fn pod_group_size_or_default(&self) -> i32 {
+        self.pod_group_size.unwrap_or(1)
+    }
+
+    /// The update strategy type; absent means Recreate.
+    pub fn update_strategy_type(&self) -> RoleUpdateStrategyType {
+        self.update_strategy
+            .as_ref()
+            .and_then(|s| s.type_)
+            .unwrap_or_default()
+    }
+}
+
+impl PauseView<'_> {
+    /// The pause length in seconds ([`super::stormservice::pause_seconds`]).
+    pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
+        super::stormservice::pause_seconds(self.duration.as_ref())
+    }
+}
