@@ -81,10 +81,12 @@ async fn webhook_defaults_are_stored_and_idempotent() {
     let mut replay = serde_json::to_value(&again).unwrap();
     replay["apiVersion"] = json!("orchestration.aibrix.ai/v1alpha1");
     replay["kind"] = json!("StormService");
-    let (additions, _) = squall::webhook::mutation(&replay).unwrap();
-    assert!(
-        additions.is_empty(),
-        "non-empty patch on replay: {additions:?}"
+    let mutation = squall::webhook::mutation(&replay).unwrap();
+    assert_eq!(
+        mutation.operations,
+        0,
+        "non-empty patch on replay: {}",
+        String::from_utf8_lossy(&mutation.patch)
     );
 }
 

@@ -1,12 +1,17 @@
-//! Defaulting (SPEC §2), on the raw JSON object so that the mutating webhook's patch only
-//! adds what is absent and never rewrites a field the user set. The controllers treat an
+//! Defaulting (SPEC §2), decided on a view of the object's JSON and written as a JSON patch
+//! that only adds what is absent and never rewrites a field the user set. The controllers treat an
 //! absent value exactly as its default, so behaviour never depends on the webhook.
 
-use serde_json::{Map, Value, json};
+use std::fmt;
+
+use serde_json::Value;
 
 use super::limits::MAX_CANARY_STEPS;
-use super::validation::{FieldError, OwnedKind, mixed_upgrade_order_warning, parse, raw_bounds};
-use super::{PodSet, RoleSet, StormService};
+use super::validation::{
+    FieldError, OwnedKind, Spec, View, mixed_upgrade_order_warning, read_error,
+};
+use super::view::{RoleSetSpecView, StepView, StormServiceSpecView};
+use super::{PodSet, StormServiceUpdateStrategyType};
 
 /// Default StormService `spec.replicas` and role `replicas`.
 pub const DEFAULT_REPLICAS: i64 = 1;
@@ -15,234 +20,250 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i64 = 10;
 /// Default StormService `spec.progressDeadlineSeconds`.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 
-/// One decision of defaulting (or of sidecar injection): `value` goes at the JSON pointer
-/// `path`, where the object has nothing (or, for a whole pod spec, what it replaces). A
-/// JSON patch `add` operation.
+/// One decision of sidecar injection: `value` goes at the JSON pointer `path` (a JSON
+/// patch `add` operation).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Addition {
-    /// RFC 6901 pointer; its parent exists once the additions before it are applied.
+    /// RFC 6901 pointer; its parent exists.
     pub path: String,
     /// What goes there.
     pub value: Value,
 }
 
-/// The defaults of SPEC §2 for a raw object of an owned kind, as additions decided on the
-/// object as written (the mutating webhook's patch, without copying or diffing the object).
+/// A JSON patch of `add` operations, written as it is decided: the bytes the API server
+/// gets, with no intermediate document.
+#[derive(Debug, Default)]
+pub struct PatchWriter {
+    bytes: Vec<u8>,
+    operations: usize,
+}
+
+impl PatchWriter {
+    /// Adds `value` (JSON text) at `path` (a pointer of plain keys and indexes).
+    fn add(&mut self, path: fmt::Arguments<'_>, value: fmt::Arguments<'_>) {
+        use std::io::Write;
+        self.bytes
+            .push(if self.operations == 0 { b'[' } else { b',' });
+        write!(
+            self.bytes,
+            r#"{{"op":"add","path":"{path}","value":{value}}}"#
+        )
+        .expect("writing to a Vec cannot fail");
+        self.operations += 1;
+    }
+
+    /// Adds an [`Addition`].
+    pub fn push(&mut self, addition: &Addition) {
+        let value = serde_json::to_string(&addition.value).expect("a JSON value serializes");
+        self.add(format_args!("{}", addition.path), format_args!("{value}"));
+    }
+
+    /// How many operations it holds.
+    pub fn operations(&self) -> usize {
+        self.operations
+    }
+
+    /// The patch (`[]` when empty).
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        if self.operations == 0 {
+            self.bytes.push(b'[');
+        }
+        self.bytes.push(b']');
+        self.bytes
+    }
+}
+
+/// The defaults of SPEC §2 for the JSON of a StormService or a RoleSet, written into `patch`
+/// as `add` operations while reading its view ([`crate::api::view`]): what is absent (or
+/// `null`) gets its default; a field the user set is never rewritten.
 ///
-/// An object that does not parse into squall's types, or is over the list bounds
-/// ([`raw_bounds`]), gets no defaults and the error is returned, so the API server's schema
-/// validation (or the validating webhook) reports the real problem — a patch never grows
-/// with an oversized list. Kinds squall does not own get none. Defaulting an object twice
-/// adds nothing the second time.
+/// An object that does not parse into squall's types, or is over the list bounds, gets no
+/// defaults and the error is returned (found on the slow path that names the field), so the
+/// API server's schema validation or the validating webhook reports the real problem — a
+/// patch never grows with an oversized list. A PodSet has no defaults beyond its CRD
+/// schema's. Defaulting an object twice adds nothing the second time.
 ///
 /// The warnings are about defaults that behave differently from AIBrix (a role list that
 /// mixes explicit and absent `upgradeOrder`).
-pub fn default_additions(object: &Value) -> Result<(Vec<Addition>, Vec<String>), FieldError> {
-    raw_bounds(object)?;
-    let mut out = Additions::default();
-    match OwnedKind::of(object) {
-        Some(OwnedKind::StormService) => {
-            parse::<StormService>(object)?;
-            default_stormservice(object, &mut out);
-        }
-        Some(OwnedKind::RoleSet) => {
-            parse::<RoleSet>(object)?;
-            if let Some(spec) = object.get("spec").and_then(Value::as_object) {
-                default_roleset_spec(spec, "/spec", "spec", &mut out);
-            }
-        }
-        Some(OwnedKind::PodSet) => {
-            // No defaults beyond the CRD schema's; parsing still reports a bad object.
-            parse::<PodSet>(object)?;
-        }
-        None => {}
+pub fn write_defaults(
+    kind: OwnedKind,
+    json: &str,
+    patch: &mut PatchWriter,
+) -> Result<Vec<String>, FieldError> {
+    if kind == OwnedKind::PodSet {
+        return match serde_json::from_str::<PodSet>(json) {
+            Ok(_) => Ok(Vec::new()),
+            Err(_) => Err(read_error(kind, json)),
+        };
     }
-    Ok((out.additions, out.warnings))
-}
-
-/// Applies the defaults of SPEC §2 ([`default_additions`]) to `object` in place.
-pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
-    let (additions, warnings) = default_additions(object)?;
-    for addition in additions {
-        add(object, &addition);
+    let Some(view) = View::parse(kind, json) else {
+        return Err(read_error(kind, json));
+    };
+    view.bounds()?;
+    let mut warnings = Vec::new();
+    match &view.spec {
+        Spec::StormService(spec) => default_stormservice(spec, patch, &mut warnings),
+        Spec::RoleSet(spec) => default_roleset_spec(spec, "/spec", "spec", patch, &mut warnings),
     }
     Ok(warnings)
 }
 
-/// Applies one addition (JSON patch `add`). Additions are decided on the object they are
-/// applied to, so the parent is there.
-pub fn add(object: &mut Value, addition: &Addition) {
-    let (parent, key) = addition
-        .path
-        .rsplit_once('/')
-        .expect("a pointer below the root");
-    let unescape = |token: &str| token.replace("~1", "/").replace("~0", "~");
-    let parent = object
-        .pointer_mut(parent)
-        .expect("the parent of an addition exists");
-    match parent {
-        Value::Object(map) => {
-            map.insert(unescape(key), addition.value.clone());
-        }
-        Value::Array(list) if key == "-" => list.push(addition.value.clone()),
-        Value::Array(list) => {
-            let index: usize = key.parse().expect("an array index");
-            list[index] = addition.value.clone();
-        }
-        _ => panic!("the parent of {} is not a container", addition.path),
-    }
-}
-
-/// The JSON patch of `additions`, as bytes.
-pub fn json_patch(additions: &[Addition]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 * additions.len() + 2);
-    out.push(b'[');
-    for (i, addition) in additions.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(br#"{"op":"add","path":"#);
-        serde_json::to_writer(&mut out, &addition.path).expect("a string serializes");
-        out.extend_from_slice(br#","value":"#);
-        serde_json::to_writer(&mut out, &addition.value).expect("a JSON value serializes");
-        out.push(b'}');
-    }
-    out.push(b']');
-    out
-}
-
-#[derive(Default)]
-struct Additions {
-    additions: Vec<Addition>,
-    warnings: Vec<String>,
-}
-
-impl Additions {
-    fn add(&mut self, path: String, value: Value) {
-        self.additions.push(Addition { path, value });
-    }
-
-    /// `value` at `key` of `map` (at `path`) unless the user set it.
-    fn absent(&mut self, map: &Map<String, Value>, path: &str, key: &str, value: Value) {
-        if is_absent(map, key) {
-            self.add(format!("{path}/{key}"), value);
-        }
-    }
-}
-
-fn default_stormservice(object: &Value, out: &mut Additions) {
-    let Some(spec) = object.get("spec").and_then(Value::as_object) else {
-        return;
+/// Applies the defaults of SPEC §2 ([`write_defaults`]) to a raw object of an owned kind, in
+/// place; other kinds are left untouched.
+pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
+    let Some(kind) = OwnedKind::of(object) else {
+        return Ok(Vec::new());
     };
-    out.absent(spec, "/spec", "replicas", json!(DEFAULT_REPLICAS));
-    out.absent(
-        spec,
-        "/spec",
-        "revisionHistoryLimit",
-        json!(DEFAULT_REVISION_HISTORY_LIMIT),
-    );
-    out.absent(
-        spec,
-        "/spec",
-        "progressDeadlineSeconds",
-        json!(DEFAULT_PROGRESS_DEADLINE_SECONDS),
-    );
+    let mut patch = PatchWriter::default();
+    let warnings = write_defaults(kind, &object.to_string(), &mut patch)?;
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&patch.into_bytes()).expect("the written patch parses");
+    json_patch::patch(object, &patch).expect("defaults apply to the object they were decided on");
+    Ok(warnings)
+}
 
-    match spec.get("updateStrategy").and_then(Value::as_object) {
-        None => out.add(
-            "/spec/updateStrategy".into(),
-            json!({"type": "RollingUpdate", "maxUnavailable": 1, "maxSurge": 0}),
+fn default_stormservice(
+    spec: &StormServiceSpecView<'_>,
+    patch: &mut PatchWriter,
+    warnings: &mut Vec<String>,
+) {
+    if spec.replicas.is_none() {
+        patch.add(
+            format_args!("/spec/replicas"),
+            format_args!("{DEFAULT_REPLICAS}"),
+        );
+    }
+    if spec.revision_history_limit.is_none() {
+        patch.add(
+            format_args!("/spec/revisionHistoryLimit"),
+            format_args!("{DEFAULT_REVISION_HISTORY_LIMIT}"),
+        );
+    }
+    if spec.progress_deadline_seconds.is_none() {
+        patch.add(
+            format_args!("/spec/progressDeadlineSeconds"),
+            format_args!("{DEFAULT_PROGRESS_DEADLINE_SECONDS}"),
+        );
+    }
+    match &spec.update_strategy {
+        None => patch.add(
+            format_args!("/spec/updateStrategy"),
+            format_args!(r#"{{"type":"RollingUpdate",{BUDGET_DEFAULTS}}}"#),
         ),
         Some(strategy) => {
-            let path = "/spec/updateStrategy";
-            out.absent(strategy, path, "type", json!("RollingUpdate"));
-            if is_absent(strategy, "type") || strategy["type"] == "RollingUpdate" {
-                default_budgets(strategy, path, out);
+            if strategy.type_.is_none() {
+                patch.add(
+                    format_args!("/spec/updateStrategy/type"),
+                    format_args!(r#""RollingUpdate""#),
+                );
             }
-            if let Some(steps) = strategy
-                .get("canary")
-                .and_then(|c| c.get("steps"))
-                .and_then(Value::as_array)
+            if strategy.type_.unwrap_or_default() == StormServiceUpdateStrategyType::RollingUpdate {
+                default_budgets(
+                    strategy.max_surge.is_none() && strategy.max_unavailable.is_none(),
+                    format_args!("/spec/updateStrategy"),
+                    patch,
+                );
+            }
+            if let Some(steps) = strategy.canary.as_ref().and_then(|c| c.steps.as_deref())
                 && needs_full_weight_step(steps)
             {
-                out.add(format!("{path}/canary/steps/-"), json!({"setWeight": 100}));
+                patch.add(
+                    format_args!("/spec/updateStrategy/canary/steps/-"),
+                    format_args!(r#"{{"setWeight":100}}"#),
+                );
             }
         }
     }
-
-    if let Some(template_spec) = spec
-        .get("template")
-        .and_then(|t| t.get("spec"))
-        .and_then(Value::as_object)
-    {
+    if let Some(template_spec) = &spec.template.spec {
         default_roleset_spec(
             template_spec,
             "/spec/template/spec",
             "spec.template.spec",
-            out,
+            patch,
+            warnings,
         );
     }
 }
 
+/// The budgets both default to when neither is set, as JSON object members.
+const BUDGET_DEFAULTS: &str = r#""maxUnavailable":1,"maxSurge":0"#;
+
 /// Defaults of a RoleSet spec (also `StormService.spec.template.spec`), at the pointer
 /// `path` (`field` in messages).
-fn default_roleset_spec(spec: &Map<String, Value>, path: &str, field: &str, out: &mut Additions) {
-    out.absent(spec, path, "updateStrategy", json!("Sequential"));
-    let roles = spec.get("roles").and_then(Value::as_array);
-    let without_order = roles
-        .into_iter()
-        .flatten()
-        .filter(|r| r.as_object().is_some_and(|r| is_absent(r, "upgradeOrder")))
-        .count();
-    if without_order > 0 && without_order < roles.map_or(0, Vec::len) {
-        out.warnings.push(mixed_upgrade_order_warning(field));
+fn default_roleset_spec(
+    spec: &RoleSetSpecView<'_>,
+    path: &str,
+    field: &str,
+    patch: &mut PatchWriter,
+    warnings: &mut Vec<String>,
+) {
+    if spec.update_strategy.is_none() {
+        patch.add(
+            format_args!("{path}/updateStrategy"),
+            format_args!(r#""Sequential""#),
+        );
     }
-    for (i, role) in roles.into_iter().flatten().enumerate() {
-        let Some(role) = role.as_object() else {
-            continue;
-        };
-        let role_path = format!("{path}/roles/{i}");
-        out.absent(role, &role_path, "replicas", json!(DEFAULT_REPLICAS));
-        out.absent(role, &role_path, "upgradeOrder", json!(0));
-        match role.get("updateStrategy").and_then(Value::as_object) {
-            None => out.add(
-                format!("{role_path}/updateStrategy"),
-                json!({"type": "Recreate", "maxUnavailable": 1, "maxSurge": 0}),
+    let roles = spec.roles.as_deref().unwrap_or_default();
+    let without_order = roles.iter().filter(|r| r.upgrade_order.is_none()).count();
+    if without_order > 0 && without_order < roles.len() {
+        warnings.push(mixed_upgrade_order_warning(field));
+    }
+    for (i, role) in roles.iter().enumerate() {
+        if role.replicas.is_none() {
+            patch.add(
+                format_args!("{path}/roles/{i}/replicas"),
+                format_args!("{DEFAULT_REPLICAS}"),
+            );
+        }
+        if role.upgrade_order.is_none() {
+            patch.add(
+                format_args!("{path}/roles/{i}/upgradeOrder"),
+                format_args!("0"),
+            );
+        }
+        match &role.update_strategy {
+            None => patch.add(
+                format_args!("{path}/roles/{i}/updateStrategy"),
+                format_args!(r#"{{"type":"Recreate",{BUDGET_DEFAULTS}}}"#),
             ),
             Some(strategy) => {
-                let strategy_path = format!("{role_path}/updateStrategy");
-                out.absent(strategy, &strategy_path, "type", json!("Recreate"));
-                default_budgets(strategy, &strategy_path, out);
+                if strategy.type_.is_none() {
+                    patch.add(
+                        format_args!("{path}/roles/{i}/updateStrategy/type"),
+                        format_args!(r#""Recreate""#),
+                    );
+                }
+                default_budgets(
+                    strategy.max_surge.is_none() && strategy.max_unavailable.is_none(),
+                    format_args!("{path}/roles/{i}/updateStrategy"),
+                    patch,
+                );
             }
         }
     }
 }
 
-/// `maxUnavailable: 1`, `maxSurge: 0`, only when both are absent.
-fn default_budgets(strategy: &Map<String, Value>, path: &str, out: &mut Additions) {
-    if is_absent(strategy, "maxUnavailable") && is_absent(strategy, "maxSurge") {
-        out.add(format!("{path}/maxUnavailable"), json!(1));
-        out.add(format!("{path}/maxSurge"), json!(0));
+/// `maxUnavailable: 1`, `maxSurge: 0` under `strategy`, only when both are absent.
+fn default_budgets(both_absent: bool, strategy: fmt::Arguments<'_>, patch: &mut PatchWriter) {
+    if both_absent {
+        patch.add(format_args!("{strategy}/maxUnavailable"), format_args!("1"));
+        patch.add(format_args!("{strategy}/maxSurge"), format_args!("0"));
     }
 }
 
 /// Argo's implicit final 100 %, made visible: appended when the steps do not end with
 /// `setWeight: 100`. Lists longer than validation allows are left for validation to deny.
-fn needs_full_weight_step(steps: &[Value]) -> bool {
+fn needs_full_weight_step(steps: &[StepView<'_>]) -> bool {
     let ends_at_full_weight = steps
         .last()
-        .is_some_and(|last| last.get("setWeight") == Some(&json!(100)));
+        .is_some_and(|last| last.set_weight == Some(100));
     !steps.is_empty() && !ends_at_full_weight && steps.len() <= MAX_CANARY_STEPS
-}
-
-/// Absent or `null` (which the API server treats as absent).
-fn is_absent(map: &Map<String, Value>, key: &str) -> bool {
-    map.get(key).is_none_or(Value::is_null)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn stormservice(spec: Value) -> Value {
         json!({

@@ -334,42 +334,47 @@ pub fn validate_json(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
     }
 }
 
-/// An object whose view does not parse: the bounds, then the field that breaks parsing into
-/// squall's types, as today's error (the slow path: only bad objects take it).
+/// An object whose view does not parse: the bounds (ratcheted against the stored object's),
+/// then the field that breaks parsing it into squall's types.
 fn unreadable(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
-    let new_value: Value = match serde_json::from_str(new) {
-        Ok(value) => value,
-        Err(error) => {
-            return Report::from_error(FieldError {
-                path: "<object>".into(),
-                kind: ErrorKind::Invalid {
-                    value: "(as written)".into(),
-                    detail: error.to_string(),
-                },
-            });
-        }
-    };
-    if let Err(error) = raw_bounds_as(kind, &new_value) {
-        let mut report = Report::from_error(error);
-        if let Some(Err(old_error)) = old.map(|old| bounds_of_raw(kind, old)) {
-            ratchet(&mut report, &Report::from_error(old_error));
-        }
-        return report;
+    let error = read_error(kind, new);
+    let mut report = Report::from_error(error);
+    if matches!(report.errors[0].kind, ErrorKind::TooMany { .. })
+        && let Some(Err(old_error)) = old.map(|old| bounds_of_raw(kind, old))
+    {
+        ratchet(&mut report, &Report::from_error(old_error));
     }
-    let parsed = match kind {
-        OwnedKind::StormService => parse::<StormService>(&new_value).map(drop),
-        OwnedKind::RoleSet => parse::<RoleSet>(&new_value).map(drop),
-        OwnedKind::PodSet => parse::<PodSet>(&new_value).map(drop),
-    };
-    Report::from_error(parsed.err().unwrap_or_else(|| FieldError {
-        // The typed object parses where its view did not: not expected (the view reads no
-        // field more strictly than the type does); reported rather than assumed away.
-        path: "<object>".into(),
+    report
+}
+
+/// Why `json` has no view as `kind`: the first list bound it exceeds, or the field that
+/// breaks parsing it into squall's types — found on the slow path, which only bad objects
+/// take.
+pub fn read_error(kind: OwnedKind, json: &str) -> FieldError {
+    let invalid = |path: &str, detail: String| FieldError {
+        path: path.into(),
         kind: ErrorKind::Invalid {
             value: "(as written)".into(),
-            detail: "could not be read".into(),
+            detail,
         },
-    }))
+    };
+    let value: Value = match serde_json::from_str(json) {
+        Ok(value) => value,
+        Err(error) => return invalid("<object>", error.to_string()),
+    };
+    if let Err(error) = raw_bounds_as(kind, &value) {
+        return error;
+    }
+    let parsed = match kind {
+        OwnedKind::StormService => parse::<StormService>(&value).map(drop),
+        OwnedKind::RoleSet => parse::<RoleSet>(&value).map(drop),
+        OwnedKind::PodSet => parse::<PodSet>(&value).map(drop),
+    };
+    // The typed object parsing where its view did not is not expected (a view reads no
+    // field more strictly than its type does); reported rather than assumed away.
+    parsed
+        .err()
+        .unwrap_or_else(|| invalid("<object>", "could not be read".into()))
 }
 
 /// [`raw_bounds`] of an object's JSON text (`Ok` for text that is not JSON: its parse

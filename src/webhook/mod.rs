@@ -7,13 +7,16 @@ pub mod config;
 mod oracle;
 pub mod sidecar;
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::admission::Operation;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::api::defaults::{Addition, default_additions, json_patch};
-use crate::api::validation::{FieldError, validate_object};
-use crate::api::{GROUP, VERSION};
+use crate::api::GROUP;
+use crate::api::defaults::{PatchWriter, write_defaults};
+use crate::api::validation::{FieldError, OwnedKind, validate_json};
+use crate::api::view::Str;
 
 /// One admission webhook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,6 +79,14 @@ impl Hook {
     /// Its position in [`Hook::ALL`].
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// The kind it admits, as validation names it.
+    pub fn owned_kind(self) -> OwnedKind {
+        match self {
+            Hook::MutateStormService | Hook::ValidateStormService => OwnedKind::StormService,
+            Hook::MutateRoleSet | Hook::ValidateRoleSet => OwnedKind::RoleSet,
+        }
     }
 
     /// Whether it is a mutating webhook.
@@ -204,18 +215,97 @@ fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
     serde_json::to_writer(out, value).expect("strings and lists of strings serialize");
 }
 
+/// An AdmissionReview as the webhooks read it: strings borrowed from the body, the objects
+/// left as JSON for the rules to read. Required where kube's `AdmissionReview` requires, so
+/// a body is a bad request exactly when it was before.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewView<'a> {
+    #[serde(borrow)]
+    api_version: Str<'a>,
+    #[serde(borrow)]
+    kind: Str<'a>,
+    #[serde(borrow, default)]
+    request: Option<RequestView<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestView<'a> {
+    #[serde(borrow)]
+    uid: Str<'a>,
+    #[serde(borrow)]
+    kind: KindView<'a>,
+    #[allow(dead_code)] // required, as kube requires it; not read
+    #[serde(borrow)]
+    resource: ResourceView<'a>,
+    #[allow(dead_code)]
+    #[serde(borrow, default)]
+    name: Str<'a>,
+    #[allow(dead_code)]
+    #[serde(borrow, default)]
+    namespace: Option<Str<'a>>,
+    operation: Operation,
+    #[allow(dead_code)]
+    user_info: IgnoredAny,
+    #[serde(borrow, default)]
+    object: Option<ObjectJson<'a>>,
+    #[serde(borrow, default)]
+    old_object: Option<ObjectJson<'a>>,
+    #[allow(dead_code)]
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+struct KindView<'a> {
+    #[serde(borrow)]
+    group: Str<'a>,
+    #[serde(borrow)]
+    version: Str<'a>,
+    #[serde(borrow)]
+    kind: Str<'a>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)] // required, as kube requires them; not read
+struct ResourceView<'a> {
+    #[serde(borrow)]
+    group: Str<'a>,
+    #[serde(borrow)]
+    version: Str<'a>,
+    #[serde(borrow)]
+    resource: Str<'a>,
+}
+
+/// A JSON object, unparsed.
+struct ObjectJson<'a>(&'a RawValue);
+
+impl<'de: 'a, 'a> Deserialize<'de> for ObjectJson<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = <&'a RawValue>::deserialize(deserializer)?;
+        if raw.get().starts_with('{') {
+            Ok(Self(raw))
+        } else {
+            Err(serde::de::Error::invalid_type(
+                serde::de::Unexpected::Other(raw.get()),
+                &"an object",
+            ))
+        }
+    }
+}
+
 /// Answers one AdmissionReview body for `hook`.
 pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
-    let review: AdmissionReview<DynamicObject> =
+    let review: ReviewView<'_> =
         serde_json::from_slice(body).map_err(|e| BadRequest::NotAdmissionReview(e.to_string()))?;
-    if review.types.kind != "AdmissionReview" || review.types.api_version != "admission.k8s.io/v1" {
+    if review.kind != "AdmissionReview" || review.api_version != "admission.k8s.io/v1" {
         return Err(BadRequest::NotAdmissionReview(format!(
             "apiVersion {:?} kind {:?}; expected admission.k8s.io/v1 AdmissionReview",
-            review.types.api_version, review.types.kind
+            review.api_version, review.kind
         )));
     }
-    let request: AdmissionRequest<DynamicObject> =
-        review.try_into().map_err(|_| BadRequest::NoRequest)?;
+    let request = review.request.ok_or(BadRequest::NoRequest)?;
     let mut decision = decide(hook, &request);
     let patch_bytes = decision.patch.as_ref().map_or(0, Vec::len);
     if patch_bytes > body.len() + PATCH_HEADROOM {
@@ -250,7 +340,7 @@ pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
 /// and the defaults of a full role list fit with room to spare.
 pub const PATCH_HEADROOM: usize = 64 << 10;
 
-fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
+fn decide(hook: Hook, req: &RequestView<'_>) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::default();
     }
@@ -265,19 +355,20 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
         tracing::warn!(webhook = hook.name(), kind = %req.kind.kind, "unexpected kind");
         return Decision::allowed(vec![warning]);
     }
-    let Some(object) = req.object.as_ref().map(|o| typed_json(o, hook)) else {
+    let Some(object) = &req.object else {
         let warning = format!(
             "{}: the request has no object; allowed unchecked",
             hook.name()
         );
         return Decision::allowed(vec![warning]);
     };
+    let kind = hook.owned_kind();
     if hook.is_mutating() {
-        match mutation(&object) {
-            Ok((additions, warnings)) if additions.is_empty() => Decision::allowed(warnings),
-            Ok((additions, warnings)) => Decision {
-                patch: Some(json_patch(&additions)),
-                ..Decision::allowed(warnings)
+        match mutate(kind, object.0.get()) {
+            Ok(mutation) if mutation.operations == 0 => Decision::allowed(mutation.warnings),
+            Ok(mutation) => Decision {
+                patch: Some(mutation.patch),
+                ..Decision::allowed(mutation.warnings)
             },
             Err(error) => {
                 // The API server's schema validation reports the real problem.
@@ -286,11 +377,8 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
             }
         }
     } else {
-        let old = req.old_object.as_ref().map(|o| typed_json(o, hook));
-        let Some(report) = validate_object(&object, old.as_ref()) else {
-            // Unreachable: typed_json stamps the request's (checked) kind on the object.
-            return Decision::default();
-        };
+        let old = req.old_object.as_ref().map(|o| o.0.get());
+        let report = validate_json(kind, object.0.get(), old);
         let denial = (!report.is_valid()).then(|| Denial {
             message: report.error_message(),
             invalid: true,
@@ -302,35 +390,50 @@ fn decide(hook: Hook, req: &AdmissionRequest<DynamicObject>) -> Decision {
     }
 }
 
-/// The mutating webhook's additions (a JSON patch of `add` operations) and warnings for
-/// `object`: the defaults of SPEC §2, then (StormService) the runtime sidecar — decided on
-/// the object as sent, which is never copied or compared. An object that does not parse
-/// gets an error (and so no patch).
-pub fn mutation(object: &Value) -> Result<(Vec<Addition>, Vec<String>), FieldError> {
-    let (mut additions, mut warnings) = default_additions(object)?;
-    if object["kind"] == "StormService" {
-        let (injected, warning) = sidecar::injection(object);
-        additions.extend(injected);
-        warnings.extend(warning);
-    }
-    Ok((additions, warnings))
+/// What the mutating webhook does to an object: a JSON patch of `add` operations.
+#[derive(Debug)]
+pub struct Mutation {
+    /// The JSON patch (`[]` when there is nothing to add).
+    pub patch: Vec<u8>,
+    /// How many operations it holds.
+    pub operations: usize,
+    /// Warnings for the user.
+    pub warnings: Vec<String>,
 }
 
-/// The object as JSON, stamped with the request's (already checked) `apiVersion` and `kind`:
-/// the API server always sends them matching, but a hand-made review may omit or contradict
-/// them (a fuzzer finding).
-fn typed_json(object: &DynamicObject, hook: Hook) -> Value {
-    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
-    if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), format!("{GROUP}/{VERSION}").into());
-        map.insert("kind".into(), hook.kind().into());
+/// The mutating webhook's patch and warnings for the JSON of a StormService or a RoleSet:
+/// the defaults of SPEC §2, then (StormService) the runtime sidecar — decided on the object
+/// as sent, which is never copied or compared. An object that does not parse gets an error
+/// (and so no patch).
+pub fn mutate(kind: OwnedKind, json: &str) -> Result<Mutation, FieldError> {
+    let mut patch = PatchWriter::default();
+    let mut warnings = write_defaults(kind, json, &mut patch)?;
+    if kind == OwnedKind::StormService && json.contains(sidecar::ANNOTATION_SIDECAR_INJECTION) {
+        // Opted in (or misspelled) by annotation: the rare case reads the object whole.
+        let object: Value = serde_json::from_str(json).expect("a parsed view is JSON");
+        let (additions, warning) = sidecar::injection(&object);
+        for addition in &additions {
+            patch.push(addition);
+        }
+        warnings.extend(warning);
     }
-    value
+    Ok(Mutation {
+        operations: patch.operations(),
+        patch: patch.into_bytes(),
+        warnings,
+    })
+}
+
+/// [`mutate`] of a raw object of an owned kind (its `apiVersion` and `kind` say which).
+pub fn mutation(object: &Value) -> Result<Mutation, FieldError> {
+    let kind = OwnedKind::of(object).unwrap_or(OwnedKind::PodSet);
+    mutate(kind, &object.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::VERSION;
     use serde_json::json;
 
     fn review_body(hook: Hook, operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
@@ -393,8 +496,7 @@ mod tests {
         json_patch::patch(&mut object, &patch).unwrap();
         assert_eq!(object["spec"]["roles"][0]["upgradeOrder"], 0);
         // Replaying the stored object gives an empty patch.
-        let (additions, _) = mutation(&object).unwrap();
-        assert!(additions.is_empty());
+        assert_eq!(mutation(&object).unwrap().operations, 0);
     }
 
     #[test]

@@ -244,7 +244,6 @@ fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::defaults::add;
     use crate::webhook::mutation;
     use proptest::prelude::*;
 
@@ -445,19 +444,14 @@ mod tests {
             object in prop_oneof![stormservice(), roleset()]
         ) {
             match (mutation(&object), mutated(&object)) {
-                (Ok((additions, warnings)), Ok((expected, expected_warnings))) => {
-                    let mut patched = object.clone();
-                    for addition in &additions {
-                        add(&mut patched, addition);
-                    }
-                    prop_assert_eq!(&patched, &expected);
-                    prop_assert_eq!(warnings, expected_warnings);
-                    // The bytes the API server gets apply the same way.
+                (Ok(mutation), Ok((expected, expected_warnings))) => {
                     let patch: json_patch::Patch =
-                        serde_json::from_slice(&crate::api::defaults::json_patch(&additions)).unwrap();
-                    let mut applied = object.clone();
-                    json_patch::patch(&mut applied, &patch).unwrap();
-                    prop_assert_eq!(applied, expected);
+                        serde_json::from_slice(&mutation.patch).unwrap();
+                    prop_assert_eq!(patch.0.len(), mutation.operations);
+                    let mut patched = object.clone();
+                    json_patch::patch(&mut patched, &patch).unwrap();
+                    prop_assert_eq!(patched, expected);
+                    prop_assert_eq!(mutation.warnings, expected_warnings);
                 }
                 (Err(error), Err(expected)) => prop_assert_eq!(error, expected),
                 (new, old) => prop_assert!(false, "new {:?} vs old {:?}", new.map(|_| ()), old.map(|_| ())),

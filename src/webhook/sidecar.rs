@@ -151,14 +151,17 @@ pub(super) fn infer_engine(containers: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::defaults::add;
+    use crate::api::defaults::PatchWriter;
 
-    /// Applies the injection; its warning.
+    /// Applies the injection as the webhook's patch would; its warning.
     fn inject(stormservice: &mut Value) -> Option<String> {
         let (additions, warning) = injection(stormservice);
+        let mut patch = PatchWriter::default();
         for addition in &additions {
-            add(stormservice, addition);
+            patch.push(addition);
         }
+        let patch: json_patch::Patch = serde_json::from_slice(&patch.into_bytes()).unwrap();
+        json_patch::patch(stormservice, &patch).unwrap();
         warning
     }
 
