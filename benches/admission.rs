@@ -292,24 +292,26 @@ async fn main() {
         ("validate", Hook::ValidateStormService),
     ] {
         let region = Region::new(ALLOCATOR);
+        let started = Instant::now();
         for _ in 0..COUNTED_REVIEWS {
             std::hint::black_box(review(hook, std::hint::black_box(&body)).expect("answered"));
         }
+        let took = started.elapsed() / u32::try_from(COUNTED_REVIEWS).expect("fits");
         let stats = region.change();
         let per = |n: usize| n as f64 / COUNTED_REVIEWS as f64;
         println!(
-            "{label}: {:.1} allocations, {:.0} bytes allocated per review",
+            "{label}: {:.1} allocations, {:.0} bytes allocated, {took:.2?} per review (in process, one thread)",
             per(stats.allocations + stats.reallocations),
             per(stats.bytes_allocated)
         );
         counts.push(format!(
-            "{label} {:.1} ({:.0} bytes)",
+            "{label} {:.1} ({:.0} bytes, {took:.1?})",
             per(stats.allocations + stats.reallocations),
             per(stats.bytes_allocated)
         ));
     }
     table.push_str(&format!(
-        "\nHeap allocations per review (reallocations included): {}.\n",
+        "\nPer review, in process on one thread (no TLS or HTTP): heap allocations (reallocations included), bytes allocated and time: {}.\n",
         counts.join(", ")
     ));
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");

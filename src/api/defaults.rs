@@ -39,6 +39,15 @@ pub struct PatchWriter {
 }
 
 impl PatchWriter {
+    /// A writer with room for a patch of `bytes` (the defaults of an object are about half
+    /// its size; more grows the buffer).
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(bytes),
+            operations: 0,
+        }
+    }
+
     /// Adds `value` (JSON text) at `path` (a pointer of plain keys and indexes).
     fn add(&mut self, path: fmt::Arguments<'_>, value: fmt::Arguments<'_>) {
         use std::io::Write;

@@ -21,8 +21,70 @@ use super::{
     CanaryPhase, RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType,
 };
 
-/// A string of the document: borrowed unless JSON escapes had to be decoded.
-pub type Str<'a> = Cow<'a, str>;
+/// A string of the document: borrowed unless JSON escapes had to be decoded — also inside
+/// an `Option`, a list or a map, where serde's own `Cow` would always copy.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Str<'a>(pub Cow<'a, str>);
+
+impl std::ops::Deref for Str<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for Str<'_> {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Str<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl Serialize for Str<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = Str<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_string())))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor)
+    }
+}
 
 /// An object as the rules read it: its metadata, and its spec (and status) still as JSON,
 /// so that an update can compare specs byte for byte before parsing them.
@@ -71,7 +133,7 @@ impl<'a> From<&'a IntOrString> for IntOrStr<'a> {
     fn from(value: &'a IntOrString) -> Self {
         match value {
             IntOrString::Int(n) => Self::Int(*n),
-            IntOrString::String(s) => Self::Str(Cow::Borrowed(s)),
+            IntOrString::String(s) => Self::Str(Str(Cow::Borrowed(s))),
         }
     }
 }
@@ -99,11 +161,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for IntOrStr<'a> {
             }
 
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(IntOrStr::Str(Cow::Borrowed(v)))
+                Ok(IntOrStr::Str(Str(Cow::Borrowed(v))))
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(IntOrStr::Str(Cow::Owned(v.to_string())))
+                Ok(IntOrStr::Str(Str(Cow::Owned(v.to_string()))))
             }
         }
         deserializer.deserialize_any(IntOrStrVisitor)
@@ -447,5 +509,59 @@ impl PauseView<'_> {
     /// The pause length in seconds ([`super::stormservice::pause_seconds`]).
     pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
         super::stormservice::pause_seconds(self.duration.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_borrowed_from_the_document_unless_escaped() {
+        let json = r#"{"metadata": {"name": "plain", "generateName": "esc\"aped"},
+                       "spec": {"x": 1}}"#;
+        let view: ObjectView<'_> = serde_json::from_str(json).unwrap();
+        let name = view.metadata.name.unwrap();
+        assert!(matches!(name.0, Cow::Borrowed(_)), "inside an Option");
+        let escaped = view.metadata.generate_name.unwrap();
+        assert!(matches!(escaped.0, Cow::Owned(_)));
+        assert_eq!(escaped, "esc\"aped");
+        assert_eq!(view.spec.unwrap().get(), r#"{"x": 1}"#);
+
+        let selector: SelectorView<'_> =
+            serde_json::from_str(r#"{"matchLabels": {"app": "a"}}"#).unwrap();
+        let (key, value) = selector
+            .match_labels
+            .as_ref()
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap();
+        assert!(
+            matches!((&key.0, &value.0), (Cow::Borrowed(_), Cow::Borrowed(_))),
+            "inside a map"
+        );
+        assert_eq!(
+            serde_json::to_string(&selector).unwrap(),
+            r#"{"matchLabels":{"app":"a"}}"#,
+            "serialized as LabelSelector is"
+        );
+    }
+
+    #[test]
+    fn lists_the_rules_only_count_are_counted_and_types_are_checked() {
+        let pod: PodSpecView =
+            serde_json::from_str(r#"{"containers": [{"name": "a"}, 3, null]}"#).unwrap();
+        assert_eq!(pod.containers, Count(3));
+        assert!(serde_json::from_str::<PodSpecView>(r#"{"containers": {}}"#).is_err());
+        let role: Result<RoleView<'_>, _> =
+            serde_json::from_str(r#"{"name": "a", "replicas": "2"}"#);
+        assert!(
+            role.is_err(),
+            "a replicas that is not an integer fails as in RoleSpec"
+        );
+        let budget: IntOrStr<'_> =
+            serde_json::from_str("3000000000").map_or(IntOrStr::Int(-1), |b| b);
+        assert_eq!(budget, IntOrStr::Int(-1), "out of i32 range is an error");
     }
 }

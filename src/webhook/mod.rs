@@ -406,7 +406,7 @@ pub struct Mutation {
 /// as sent, which is never copied or compared. An object that does not parse gets an error
 /// (and so no patch).
 pub fn mutate(kind: OwnedKind, json: &str) -> Result<Mutation, FieldError> {
-    let mut patch = PatchWriter::default();
+    let mut patch = PatchWriter::with_capacity(json.len());
     let mut warnings = write_defaults(kind, json, &mut patch)?;
     if kind == OwnedKind::StormService && json.contains(sidecar::ANNOTATION_SIDECAR_INJECTION) {
         // Opted in (or misspelled) by annotation: the rare case reads the object whole.
