@@ -5,8 +5,9 @@
 //! The webhook port takes requests from anyone who can reach it (the API server presents no
 //! client certificate), so everything it holds is bounded: connections, h2 streams, idle and
 //! per-request time, the size of one body, the bytes of all bodies in flight together, and
-//! the reviews decided at once — on a review thread of their own, never on the async workers
-//! that renew the leader Lease and answer `/healthz`. Past a bound a request waits briefly,
+//! the reviews decided at once. A large review is decided on a review thread of its own,
+//! never on the async workers that renew the leader Lease and answer `/healthz`; a small one
+//! (nearly all) takes microseconds and is decided where it was read. Past a bound a request waits briefly,
 //! then gets a 503 saying which bound it hit.
 
 use std::future::Future;
@@ -51,6 +52,12 @@ pub const BODY_BYTES_IN_FLIGHT: usize = 6 * BODY_LIMIT;
 /// the process for good (measured: 297 MiB after ten 3.4 MB reviews on two threads, 191 MiB
 /// on one).
 pub const CONCURRENT_REVIEWS: usize = 1;
+/// Largest body decided on the async worker that read it rather than on the review thread:
+/// a review this size takes well under a millisecond and at most ~20× its size in memory
+/// (an object the views cannot read, parsed whole to name the field), so it neither stalls
+/// the Lease or `/healthz` nor needs the review thread's one-at-a-time bound — and skipping
+/// the thread's queue and hand-off saves CPU and latency on every ordinary request.
+pub const INLINE_REVIEW_LIMIT: usize = 64 << 10;
 /// How long a request waits for room under [`BODY_BYTES_IN_FLIGHT`] or
 /// [`CONCURRENT_REVIEWS`] before it is answered 503 (the API server's own timeout is 10 s).
 pub const ADMISSION_QUEUE_WAIT: Duration = Duration::from_secs(3);
@@ -310,7 +317,7 @@ pub fn admission_router(metrics: Arc<Metrics>, decide: Decide) -> Router {
         .with_state(state)
 }
 
-/// Reads the body within the bounds, decides on the review thread, answers.
+/// Reads the body within the bounds, decides (a large body on the review thread), answers.
 async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
     let started = Instant::now();
     let declared = request
@@ -354,22 +361,40 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
             return (StatusCode::BAD_REQUEST, format!("request body: {e}")).into_response();
         }
     };
+    let decide = state.decide;
+    if body.len() <= INLINE_REVIEW_LIMIT {
+        // A panicking review (never seen; the handler is fuzzed) fails its own request only.
+        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decide(hook, &body)));
+        drop(body_permit);
+        return respond(hook, state, started, answer.ok(), body.len());
+    }
     let Some(review_permit) = wait_for(state.reviews.clone().acquire_owned()).await else {
         state
             .metrics
             .admission(hook, AdmissionOutcome::Overloaded, started.elapsed());
         return overloaded("reviews are queued behind one being decided");
     };
-    let decide = state.decide;
+    let bytes = body.len();
     let decided = state
         .pool
         .run(move || {
-            let answer = decide(hook, &body).map(|a| (a.json, a.verdict));
+            let answer = decide(hook, &body);
             drop((review_permit, body_permit));
-            (answer, body.len())
+            answer
         })
         .await;
-    let Some((answer, bytes)) = decided else {
+    respond(hook, state, started, decided, bytes)
+}
+
+/// The HTTP answer to a decided review (`None`: the review failed).
+fn respond(
+    hook: Hook,
+    state: &Admission,
+    started: Instant,
+    decided: Option<Result<webhook::Answer, webhook::BadRequest>>,
+    bytes: usize,
+) -> Response {
+    let Some(answer) = decided else {
         // A panic in a review (never seen; the handler is fuzzed) fails only this request.
         tracing::error!(webhook = hook.name(), "admission review failed");
         state
@@ -378,12 +403,12 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let verdict = match &answer {
-        Ok((_, verdict)) => AdmissionOutcome::from(*verdict),
+        Ok(answer) => AdmissionOutcome::from(answer.verdict),
         Err(_) => AdmissionOutcome::BadRequest,
     };
     state.metrics.admission(hook, verdict, started.elapsed());
     match answer {
-        Ok((json, _)) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Ok(answer) => ([(header::CONTENT_TYPE, "application/json")], answer.json).into_response(),
         Err(e) => {
             tracing::warn!(webhook = hook.name(), error = %e, bytes, "bad admission request");
             (StatusCode::BAD_REQUEST, e.to_string()).into_response()

@@ -15,10 +15,10 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use squall::metrics::Metrics;
 use squall::server::{
-    BODY_BYTES_IN_FLIGHT, BODY_LIMIT, CertResolver, H2_MAX_CONCURRENT_STREAMS, serve_tls,
-    tls_config, webhook_router,
+    BODY_BYTES_IN_FLIGHT, BODY_LIMIT, CertResolver, H2_MAX_CONCURRENT_STREAMS, INLINE_REVIEW_LIMIT,
+    admission_router, serve_tls, tls_config, webhook_router,
 };
-use squall::webhook::Hook;
+use squall::webhook::{Answer, BadRequest, Hook, Verdict};
 use time::OffsetDateTime;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -34,6 +34,11 @@ struct Server {
 }
 
 async fn start() -> Server {
+    start_router(webhook_router).await
+}
+
+/// A server answering with the router `make` builds around the server's metrics.
+async fn start_router(make: impl FnOnce(Arc<Metrics>) -> axum::Router) -> Server {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let now = OffsetDateTime::now_utc();
     let (ca_crt, ca_key) = webhook_certs::pki::new_ca(now, Duration::from_secs(3600)).unwrap();
@@ -53,7 +58,7 @@ async fn start() -> Server {
     tokio::spawn(serve_tls(
         listener,
         tls_config(resolver),
-        webhook_router(server.metrics.clone()),
+        make(server.metrics.clone()),
         stop_rx,
     ));
     Server {
@@ -427,4 +432,36 @@ async fn an_h2_connection_gets_few_concurrent_streams() {
     }
     // The h2 server refuses (REFUSED_STREAM) any stream past the limit it announced, so the
     // announcement is the bound a client gets.
+}
+
+/// Answers with the name of the thread that decided.
+fn decided_on(_hook: Hook, _body: &[u8]) -> Result<Answer, BadRequest> {
+    Ok(Answer {
+        json: std::thread::current()
+            .name()
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec(),
+        verdict: Verdict::Allowed,
+    })
+}
+
+/// A small review (nearly all) is decided on the async worker that read it; a large one on
+/// the review thread, one at a time, away from the workers that answer `/healthz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_reviews_are_decided_where_read_and_large_ones_on_the_review_thread() {
+    let server = start_router(|metrics| admission_router(metrics, decided_on)).await;
+    let path = Hook::ValidateStormService.path();
+    for size in [10, INLINE_REVIEW_LIMIT] {
+        let (status, thread) = server.post(path, vec![b' '; size]).await;
+        assert_eq!(status, 200);
+        let thread = String::from_utf8(thread).unwrap();
+        assert!(
+            !thread.starts_with("squall-review"),
+            "{size} bytes decided on {thread}"
+        );
+    }
+    let (status, thread) = server.post(path, vec![b' '; INLINE_REVIEW_LIMIT + 1]).await;
+    assert_eq!(status, 200);
+    assert_eq!(String::from_utf8(thread).unwrap(), "squall-review-0");
 }
