@@ -10,7 +10,8 @@
 //! system one), for each webhook.
 //!
 //! Run with `make bench` (`cargo bench --bench admission`); each cell runs for
-//! `BENCH_SECONDS` (default 3) seconds. Loopback only.
+//! `BENCH_SECONDS` (default 3) seconds, and `BENCH_REVIEWS` (default 1,000) reviews are
+//! counted (raise it to profile the handler with `perf record`). Loopback only.
 
 use std::alloc::System;
 use std::net::SocketAddr;
@@ -33,8 +34,13 @@ use tokio::net::TcpListener;
 #[global_allocator]
 static ALLOCATOR: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-/// Reviews per allocation count.
-const COUNTED_REVIEWS: usize = 1000;
+/// Reviews per allocation count and time (`BENCH_REVIEWS`, for profiling the handler).
+fn counted_reviews() -> usize {
+    std::env::var("BENCH_REVIEWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000)
+}
 
 /// The no-op handler: a fixed answer, the body unread.
 fn noop(_hook: Hook, _body: &[u8]) -> Result<Answer, BadRequest> {
@@ -287,18 +293,19 @@ async fn main() {
     // Heap allocations per review, on this thread (the server's threads are idle now).
     let body = review_body();
     let mut counts = Vec::new();
+    let reviews = counted_reviews();
     for (label, hook) in [
         ("mutate", Hook::MutateStormService),
         ("validate", Hook::ValidateStormService),
     ] {
         let region = Region::new(ALLOCATOR);
         let started = Instant::now();
-        for _ in 0..COUNTED_REVIEWS {
+        for _ in 0..reviews {
             std::hint::black_box(review(hook, std::hint::black_box(&body)).expect("answered"));
         }
-        let took = started.elapsed() / u32::try_from(COUNTED_REVIEWS).expect("fits");
+        let took = started.elapsed() / u32::try_from(reviews).expect("fits");
         let stats = region.change();
-        let per = |n: usize| n as f64 / COUNTED_REVIEWS as f64;
+        let per = |n: usize| n as f64 / reviews as f64;
         println!(
             "{label}: {:.1} allocations, {:.0} bytes allocated, {took:.2?} per review (in process, one thread)",
             per(stats.allocations + stats.reallocations),
