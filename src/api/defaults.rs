@@ -105,7 +105,7 @@ pub fn write_defaults(
             Err(_) => Err(read_error(kind, json)),
         };
     }
-    let Some(view) = View::parse(kind, json) else {
+    let Some(view) = View::parse_once(kind, json) else {
         return Err(read_error(kind, json));
     };
     view.bounds()?;

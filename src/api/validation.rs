@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
 use super::view::{
-    IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleView, SelectorView, StatusView, StepView,
-    StormServiceSpecView, Str,
+    IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SelectorView,
+    StatusView, StepView, StormServiceSpecView, StormServiceView, Str,
 };
 use super::{
     CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
@@ -299,7 +299,12 @@ pub fn validate_object(new: &Value, old: Option<&Value>) -> Option<Report> {
 /// bounds as that error alone (an update that keeps the stored object's excess is
 /// ratcheted through).
 pub fn validate_json(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
-    let Some(view) = View::parse(kind, new) else {
+    let view = if old.is_some() {
+        View::parse(kind, new)
+    } else {
+        View::parse_once(kind, new)
+    };
+    let Some(view) = view else {
         return unreadable(kind, new, old);
     };
     let old_view = old.and_then(|old| View::parse(kind, old));
@@ -400,8 +405,30 @@ pub enum Spec<'a> {
 }
 
 impl<'a> View<'a> {
-    /// The view of `json` as `kind` (a StormService or a RoleSet); `None` when it does not
-    /// parse (or is a PodSet).
+    /// The view of `json` as `kind` (a StormService or a RoleSet), read in one pass, without
+    /// the spec's JSON (what a create needs); `None` when it does not parse (or is a PodSet).
+    pub fn parse_once(kind: OwnedKind, json: &'a str) -> Option<Self> {
+        let (metadata, spec) = match kind {
+            OwnedKind::StormService => {
+                let object: StormServiceView<'a> = serde_json::from_str(json).ok()?;
+                (object.metadata, Spec::StormService(object.spec?))
+            }
+            OwnedKind::RoleSet => {
+                let object: RoleSetView<'a> = serde_json::from_str(json).ok()?;
+                (object.metadata, Spec::RoleSet(object.spec?))
+            }
+            OwnedKind::PodSet => return None,
+        };
+        let object = ObjectView {
+            metadata,
+            spec: None,
+            status: None,
+        };
+        Some(Self { object, spec })
+    }
+
+    /// The view of `json` as `kind` with the spec's and status's JSON kept, for comparing
+    /// specs on an update (two passes over the spec); `None` when it does not parse.
     pub fn parse(kind: OwnedKind, json: &'a str) -> Option<Self> {
         let object: ObjectView<'a> = serde_json::from_str(json).ok()?;
         let spec = object.spec?.get();

@@ -101,6 +101,29 @@ pub struct ObjectView<'a> {
     pub status: Option<&'a RawValue>,
 }
 
+/// A StormService read in one pass: its metadata and spec (when nothing needs the spec's
+/// JSON itself, as on a create).
+#[derive(Debug, Deserialize)]
+pub struct StormServiceView<'a> {
+    /// The metadata the rules read.
+    #[serde(borrow, default)]
+    pub metadata: MetaView<'a>,
+    /// The spec.
+    #[serde(borrow, default)]
+    pub spec: Option<StormServiceSpecView<'a>>,
+}
+
+/// A RoleSet read in one pass ([`StormServiceView`]).
+#[derive(Debug, Deserialize)]
+pub struct RoleSetView<'a> {
+    /// The metadata the rules read.
+    #[serde(borrow, default)]
+    pub metadata: MetaView<'a>,
+    /// The spec.
+    #[serde(borrow, default)]
+    pub spec: Option<RoleSetSpecView<'a>>,
+}
+
 /// The metadata the rules read.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
