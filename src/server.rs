@@ -220,8 +220,8 @@ pub fn tls_config(resolver: Arc<CertResolver>) -> Arc<rustls::ServerConfig> {
     Arc::new(config)
 }
 
-/// What the webhook handlers share: metrics and the in-flight bounds.
-#[derive(Clone)]
+/// What the webhook handlers share: metrics and the in-flight bounds (behind one `Arc`:
+/// each request clones it).
 struct Admission {
     metrics: Arc<Metrics>,
     /// Permits are bytes of request bodies ([`BODY_BYTES_IN_FLIGHT`]).
@@ -291,19 +291,19 @@ pub fn webhook_router(metrics: Arc<Metrics>) -> Router {
 /// One POST path per [`Hook`], answered by `decide` behind the bounds, timeouts and review
 /// thread of the webhooks.
 pub fn admission_router(metrics: Arc<Metrics>, decide: Decide) -> Router {
-    let state = Admission {
+    let state = Arc::new(Admission {
         metrics,
         body_bytes: Arc::new(Semaphore::new(BODY_BYTES_IN_FLIGHT)),
         reviews: Arc::new(Semaphore::new(CONCURRENT_REVIEWS)),
         pool: ReviewPool::new(CONCURRENT_REVIEWS),
         decide,
-    };
+    });
     let mut router = Router::new();
     for hook in Hook::ALL {
         router = router.route(
             hook.path(),
             post(
-                move |State(state): State<Admission>, request: Request| async move {
+                move |State(state): State<Arc<Admission>>, request: Request| async move {
                     admit(hook, &state, request).await
                 },
             ),
