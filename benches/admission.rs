@@ -1,10 +1,11 @@
 //! Admission benchmark: the mutate and validate webhooks over TLS with keep-alive, at
 //! concurrency 1, 16 and 64, side by side with a no-op handler in the same run. The no-op
 //! goes through the same layers as the webhooks (TLS, hyper, axum, timeouts, the body bounds,
-//! the review thread) and answers a fixed AdmissionReview without reading the body, so the
-//! ratios are the cost of squall's own admission logic.
+//! where a review is decided) and answers a fixed AdmissionReview without reading the body,
+//! so the ratios are the cost of squall's own admission logic.
 //!
-//! Per cell: CPU time per request (this process: client and server, user and kernel — stable
+//! Each cell runs three times, the handlers in turn, and reports its median round. Per cell:
+//! CPU time per request (this process: client and server, user and kernel — stable
 //! on a noisy 2-core machine, where req/s swings between runs), requests/s and p50 / p99
 //! latency. Then the heap allocations one review makes (a counting allocator around the
 //! system one), for each webhook.
@@ -94,6 +95,15 @@ fn review_body() -> Bytes {
         }))
         .expect("serializes"),
     )
+}
+
+/// Rounds of each cell; the median one is reported.
+const ROUNDS: usize = 3;
+
+/// The round with the median CPU per request.
+fn median(mut cells: Vec<Cell>) -> Cell {
+    cells.sort_by_key(Cell::cpu_per_request);
+    cells.swap_remove(cells.len() / 2)
 }
 
 struct Cell {
@@ -235,14 +245,21 @@ async fn main() {
     );
     for concurrency in [1, 16, 64] {
         let duration = Duration::from_secs(seconds);
-        let noop = run_cell(
-            noop_addr,
-            client_tls.clone(),
-            Hook::MutateStormService.path(),
-            concurrency,
-            duration,
-        )
-        .await;
+        // ROUNDS rounds of no-op, mutate, validate in turn; each handler's median round (by
+        // CPU per request) is reported, so a noisy moment skews one round, not the ratio.
+        let targets = [
+            (noop_addr, Hook::MutateStormService.path()),
+            (webhooks, Hook::MutateStormService.path()),
+            (webhooks, Hook::ValidateStormService.path()),
+        ];
+        let mut rounds: [Vec<Cell>; 3] = Default::default();
+        for _ in 0..ROUNDS {
+            for (i, (addr, path)) in targets.iter().enumerate() {
+                rounds[i]
+                    .push(run_cell(*addr, client_tls.clone(), path, concurrency, duration).await);
+            }
+        }
+        let [noop, mutate, validate] = rounds.map(median);
         let print = |label: &str, cell: &Cell| {
             // The ratios are the no-op's cost over the webhook's: 1.00× costs nothing more.
             let cpu_ratio =
@@ -264,21 +281,7 @@ async fn main() {
             )
         };
         print("no-op", &noop);
-        let mut cells = Vec::new();
-        for (label, hook) in [
-            ("mutate", Hook::MutateStormService),
-            ("validate", Hook::ValidateStormService),
-        ] {
-            let cell = run_cell(
-                webhooks,
-                client_tls.clone(),
-                hook.path(),
-                concurrency,
-                duration,
-            )
-            .await;
-            cells.push(print(label, &cell));
-        }
+        let cells = [print("mutate", &mutate), print("validate", &validate)];
         table.push_str(&format!(
             "| {concurrency} | {:.1?}, {:.0}, {:.2?} | {} | {} |\n",
             noop.cpu_per_request(),

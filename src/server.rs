@@ -45,12 +45,12 @@ pub const BODY_LIMIT: usize = 8 << 20;
 /// size: with [`CONCURRENT_REVIEWS`] this keeps the webhook's memory in the low hundreds of
 /// MiB whatever arrives (the `make bench` hostile rows).
 pub const BODY_BYTES_IN_FLIGHT: usize = 6 * BODY_LIMIT;
-/// Reviews decided at once, on a thread of their own. A review of a valid object takes well
-/// under a millisecond, so one thread answers thousands a second; deciding takes about 20
-/// times a body's size in memory (a JSON tree, then typed objects), and the allocator keeps a
-/// thread's peak for reuse, so every further thread would add the largest review's peak to
-/// the process for good (measured: 297 MiB after ten 3.4 MB reviews on two threads, 191 MiB
-/// on one).
+/// Large reviews (over [`INLINE_REVIEW_LIMIT`]) decided at once, on a thread of their own.
+/// Reading one as a view takes a fraction of its size, but an object the view cannot read
+/// is parsed whole to name the bad field (about 20 times its size: a JSON tree, then typed
+/// objects), and the allocator keeps a thread's peak for reuse, so every further thread
+/// would add the largest review's peak to the process for good (measured before views: 297
+/// MiB after ten 3.4 MB reviews on two threads, 191 MiB on one).
 pub const CONCURRENT_REVIEWS: usize = 1;
 /// Largest body decided on the async worker that read it rather than on the review thread:
 /// a review this size takes well under a millisecond and at most ~20× its size in memory
