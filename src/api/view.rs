@@ -137,9 +137,6 @@ pub struct MetaView<'a> {
     /// Present when the object is being deleted.
     #[serde(default)]
     pub deletion_timestamp: Option<IgnoredAny>,
-    /// The annotations, unparsed (the runtime sidecar is opted into there).
-    #[serde(borrow, default)]
-    pub annotations: Option<&'a RawValue>,
 }
 
 /// An integer or a string (`IntOrString`), the string borrowed.

@@ -149,7 +149,7 @@ struct Decision {
 #[derive(Debug)]
 struct Denial {
     message: String,
-    /// HTTP-style code and reason shown to the client (`None`: the API server's defaults).
+    /// A broken rule: code 422, reason `Invalid` (otherwise the API server's defaults).
     invalid: bool,
 }
 
@@ -216,8 +216,9 @@ fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
 }
 
 /// An AdmissionReview as the webhooks read it: strings borrowed from the body, the objects
-/// left as JSON for the rules to read. Required where kube's `AdmissionReview` requires, so
-/// a body is a bad request exactly when it was before.
+/// left as JSON for the rules to read. What kube's `AdmissionReview` requires is required
+/// here too (so the pinned bad requests stay bad requests); what is inside `userInfo`, which
+/// no decision reads, is not checked.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ReviewView<'a> {
@@ -408,7 +409,8 @@ pub struct Mutation {
 pub fn mutate(kind: OwnedKind, json: &str) -> Result<Mutation, FieldError> {
     let mut patch = PatchWriter::with_capacity(json.len());
     let mut warnings = write_defaults(kind, json, &mut patch)?;
-    if kind == OwnedKind::StormService && json.contains(sidecar::ANNOTATION_SIDECAR_INJECTION) {
+    // The annotation's name without its '/', which JSON may write escaped.
+    if kind == OwnedKind::StormService && json.contains("sidecar-injection") {
         // Opted in (or misspelled) by annotation: the rare case reads the object whole.
         let object: Value = serde_json::from_str(json).expect("a parsed view is JSON");
         let (additions, warning) = sidecar::injection(&object);
@@ -497,6 +499,33 @@ mod tests {
         assert_eq!(object["spec"]["roles"][0]["upgradeOrder"], 0);
         // Replaying the stored object gives an empty patch.
         assert_eq!(mutation(&object).unwrap().operations, 0);
+    }
+
+    #[test]
+    fn the_sidecar_annotation_is_found_however_its_slash_is_written() {
+        let json = |key: &str| {
+            format!(
+                r#"{{"metadata": {{"name": "s", "annotations": {{"{key}": "true"}}}},
+                    "spec": {{"selector": {{"matchLabels": {{"a": "b"}}}},
+                             "template": {{"spec": {{"roles": [{{"name": "r",
+                                 "template": {{"spec": {{"containers": [{{"name": "e", "image": "vllm"}}]}}}}}}]}}}}}}}}"#
+            )
+        };
+        let plain = mutate(
+            OwnedKind::StormService,
+            &json("model.aibrix.ai/sidecar-injection"),
+        )
+        .unwrap();
+        let escaped = mutate(
+            OwnedKind::StormService,
+            &json(r"model.aibrix.ai\/sidecar-injection"),
+        )
+        .unwrap();
+        assert!(
+            String::from_utf8_lossy(&plain.patch).contains(sidecar::SIDECAR_NAME),
+            "injected"
+        );
+        assert_eq!(plain.patch, escaped.patch);
     }
 
     #[test]
