@@ -67,7 +67,7 @@ impl<K: Resource<DynamicType = ()>> Default for Index<K> {
 }
 
 /// The UID of `object`'s controlling owner.
-fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<String> {
+pub fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<String> {
     meta.owner_references
         .iter()
         .flatten()

@@ -741,13 +741,65 @@ where
     }
 }
 
-/// A step of ordered deletion: deletes each of `owner`'s `children` not yet going away, once
-/// — a delete issued and not yet seen by the cache is not sent again (until
+/// A child as ordered deletion sees it: its name, and whether it is already going away.
+pub type Going = (String, bool);
+
+/// What ordered deletion needs of cached children.
+pub fn going<K: kube::Resource>(children: &[Arc<K>]) -> Vec<Going> {
+    children
+        .iter()
+        .map(|c| (c.name_any(), c.meta().deletion_timestamp.is_some()))
+        .collect()
+}
+
+/// The children of kind `K` the API server itself still holds of `owner`: those carrying
+/// `label` = the owner's name, controlled by its UID.
+///
+/// Ordered deletion asks this once the cache shows none left, because the next step — the
+/// finalizer's removal — cannot be undone, and a cache can lag: a child created just before
+/// its watch re-listed (after an API-server restart) would outlive its owner until the
+/// garbage collector found it. One LIST of a label, read from etcd, per deleted owner — the
+/// fresh read Kubernetes' controllers make before an adoption they cannot take back.
+pub async fn live_children<K>(
+    ctx: &Context,
+    owner: &impl kube::Resource,
+    label: &str,
+) -> Result<Vec<Going>, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let meta = owner.meta();
+    let api: Api<K> = Api::namespaced(
+        ctx.client.clone(),
+        meta.namespace.as_deref().unwrap_or_default(),
+    );
+    let selector = format!("{label}={}", meta.name.as_deref().unwrap_or_default());
+    let listed = api
+        .list_metadata(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    Ok(listed
+        .items
+        .iter()
+        .filter(|child| cache::controller_uid(&child.metadata).as_deref() == meta.uid.as_deref())
+        .map(|child| {
+            (
+                child.name_any(),
+                child.metadata.deletion_timestamp.is_some(),
+            )
+        })
+        .collect())
+}
+
+/// A step of ordered deletion: deletes each of `owner`'s `children` (of kind `K`) not yet
+/// going away, once — a delete issued and not yet seen by the cache is not sent again (until
 /// [`EXPECTATION_TIMEOUT`]), however many events reconcile the owner meanwhile.
 pub async fn delete_remaining<K>(
     ctx: &Context,
     owner: &impl kube::Resource,
-    children: &[Arc<K>],
+    children: &[Going],
     controller: &str,
     resource: &str,
 ) -> Result<(), Error>
@@ -757,24 +809,22 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
+    if children.is_empty() {
+        return Ok(());
+    }
     let key = Context::key(owner);
     let role = format!("cleanup/{resource}");
-    let pending = ctx.observe(
-        &key,
-        &role,
-        children
-            .iter()
-            .map(|c| (c.name_any(), c.meta().deletion_timestamp.is_some())),
-    );
+    let pending = ctx.observe(&key, &role, children.iter().cloned());
     let api: Api<K> = Api::namespaced(
         ctx.client.clone(),
         owner.meta().namespace.as_deref().unwrap_or_default(),
     );
-    for child in children.iter().filter(|c| {
-        c.meta().deletion_timestamp.is_none() && !pending.deletes.contains(&c.name_any())
-    }) {
-        ctx.expect_delete(&key, &role, &child.name_any());
-        delete_child(&api, &child.name_any(), ctx, controller, resource).await?;
+    for (name, _) in children
+        .iter()
+        .filter(|(name, terminating)| !terminating && !pending.deletes.contains(name))
+    {
+        ctx.expect_delete(&key, &role, name);
+        delete_child(&api, name, ctx, controller, resource).await?;
     }
     Ok(())
 }

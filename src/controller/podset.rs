@@ -9,8 +9,10 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 
-use super::{Context, Error, delete_child, delete_remaining, finalized, owned_children};
-use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX};
+use super::{
+    Context, Error, delete_child, delete_remaining, finalized, going, live_children, owned_children,
+};
+use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME};
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetStatus};
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
@@ -33,13 +35,18 @@ fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<CachedPod>> {
     owned_children(&ctx.caches.pods, podset)
 }
 
+/// Ordered deletion: the gang's pods first; the finalizer goes once none is left — in the
+/// cache, then on the API server ([`live_children`]).
 async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
-    let pods = owned_pods(podset, ctx);
+    let mut pods = going(&owned_pods(podset, ctx));
     if pods.is_empty() {
-        ctx.forget(podset);
-        return Ok(Action::await_change());
+        pods = live_children::<Pod>(ctx, podset, LABEL_PODSET_NAME).await?;
+        if pods.is_empty() {
+            ctx.forget(podset);
+            return Ok(Action::await_change());
+        }
     }
-    delete_remaining(ctx, podset, &pods, "podset", "pods").await?;
+    delete_remaining::<Pod>(ctx, podset, &pods, "podset", "pods").await?;
     Err(Error::Waiting(format!(
         "{} pods still terminating",
         pods.len()

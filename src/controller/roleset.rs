@@ -19,11 +19,12 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::{
-    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, owned_children,
-    refusal,
+    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
+    owned_children, refusal,
 };
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
+    LABEL_ROLESET_NAME,
 };
 use crate::api::pod::CachedPod;
 use crate::api::validation::validate_roleset;
@@ -57,25 +58,25 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
-/// Ordered deletion: every PodSet and pod first; the finalizer goes once none is left.
+/// Ordered deletion: every PodSet and pod first; the finalizer goes once none is left —
+/// in the cache, then on the API server ([`live_children`]).
 async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
-    let podsets = owned_podsets(roleset, ctx);
-    if !podsets.is_empty() {
-        delete_remaining(ctx, roleset, &podsets, "roleset", "podsets").await?;
-        return Err(Error::Waiting(format!(
-            "{} PodSets still terminating",
-            podsets.len()
-        )));
+    let mut podsets = going(&owned_podsets(roleset, ctx));
+    let mut pods = going(&owned_pods(roleset, ctx));
+    if podsets.is_empty() && pods.is_empty() {
+        podsets = live_children::<PodSet>(ctx, roleset, LABEL_ROLESET_NAME).await?;
+        pods = live_children::<Pod>(ctx, roleset, LABEL_ROLESET_NAME).await?;
+        if podsets.is_empty() && pods.is_empty() {
+            ctx.forget(roleset);
+            return Ok(Action::await_change());
+        }
     }
-    let pods = owned_pods(roleset, ctx);
-    if pods.is_empty() {
-        ctx.forget(roleset);
-        return Ok(Action::await_change());
-    }
-    delete_remaining(ctx, roleset, &pods, "roleset", "pods").await?;
-    // Pod deletions are watched; the requeue is a backstop.
+    delete_remaining::<PodSet>(ctx, roleset, &podsets, "roleset", "podsets").await?;
+    delete_remaining::<Pod>(ctx, roleset, &pods, "roleset", "pods").await?;
+    // Deletions are watched; the requeue is a backstop.
     Err(Error::Waiting(format!(
-        "{} pods still terminating",
+        "{} PodSets and {} pods still terminating",
+        podsets.len(),
         pods.len()
     )))
 }

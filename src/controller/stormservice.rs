@@ -18,9 +18,12 @@ use serde_json::json;
 
 use super::revision::write_revision;
 use super::{
-    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, owned_children,
+    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
+    owned_children,
 };
-use crate::api::keys::{FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_REVISION};
+use crate::api::keys::{
+    FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
+};
 use crate::api::validation::validate_stormservice;
 use crate::api::{Condition, RoleSet, StormService};
 use crate::planner::canary::{CanaryDecision, Transition, Trigger};
@@ -58,17 +61,22 @@ fn rolesets_api(service: &StormService, ctx: &Context) -> Api<RoleSet> {
 }
 
 /// Ordered deletion: every RoleSet (and through it every pod) first.
+/// Ordered deletion: every RoleSet first; the finalizer goes once none is left — in the
+/// cache, then on the API server ([`live_children`]).
 async fn cleanup(service: &StormService, ctx: &Context) -> Result<Action, Error> {
-    let rolesets = owned_children(&ctx.caches.rolesets, service);
+    let mut rolesets = going(&owned_children(&ctx.caches.rolesets, service));
     if rolesets.is_empty() {
-        ctx.forget(service);
-        ctx.metrics.forget_service(
-            &service.namespace().unwrap_or_default(),
-            &service.name_any(),
-        );
-        return Ok(Action::await_change());
+        rolesets = live_children::<RoleSet>(ctx, service, LABEL_STORM_SERVICE_NAME).await?;
+        if rolesets.is_empty() {
+            ctx.forget(service);
+            ctx.metrics.forget_service(
+                &service.namespace().unwrap_or_default(),
+                &service.name_any(),
+            );
+            return Ok(Action::await_change());
+        }
     }
-    delete_remaining(ctx, service, &rolesets, "stormservice", "rolesets").await?;
+    delete_remaining::<RoleSet>(ctx, service, &rolesets, "stormservice", "rolesets").await?;
     Err(Error::Waiting(format!(
         "{} RoleSets still terminating",
         rolesets.len()
