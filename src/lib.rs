@@ -25,31 +25,34 @@ const HELM_RESOURCE_POLICY: (&str, &str) = ("helm.sh/resource-policy", "keep");
 
 /// The three CRDs squall serves, as installed (`squall crds`, `manifests/crds`, the chart).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    [
-        api::StormService::crd(),
-        api::RoleSet::crd(),
-        api::PodSet::crd(),
+    vec![
+        finished::<api::StormService>(),
+        finished::<api::RoleSet>(),
+        finished::<api::PodSet>(),
     ]
-    .into_iter()
-    .map(|mut crd| {
-        for version in &mut crd.spec.versions {
-            if let Some(schema) = version
-                .schema
-                .as_mut()
-                .and_then(|s| s.open_api_v3_schema.as_mut())
-            {
-                let mut value = serde_json::to_value(&*schema).expect("schema serializes");
-                allow_empty_reference_names(&mut value);
-                *schema = serde_json::from_value(value).expect("schema deserializes");
-            }
+}
+
+/// `K`'s CRD as installed: the schema with Kubernetes' own markers and empty reference
+/// names allowed, and kept on `helm uninstall`.
+fn finished<K: CustomResourceExt + schemars::JsonSchema>() -> CustomResourceDefinition {
+    let mut crd = K::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            let mut value = serde_json::to_value(&*schema).expect("schema serializes");
+            allow_empty_reference_names(&mut value);
+            api::schema::restore_kubernetes_markers::<K>(&mut value);
+            *schema = serde_json::from_value(value).expect("schema deserializes");
         }
-        crd.metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(HELM_RESOURCE_POLICY.0.into(), HELM_RESOURCE_POLICY.1.into());
-        crd
-    })
-    .collect()
+    }
+    crd.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(HELM_RESOURCE_POLICY.0.into(), HELM_RESOURCE_POLICY.1.into());
+    crd
 }
 
 /// Core/v1 object references (`LocalObjectReference`, `ConfigMapKeySelector`, ...) declare

@@ -528,3 +528,64 @@ fn printer_columns_follow_spec() {
         ["ReadyPods", "TotalPods", "Phase", "Age"]
     );
 }
+
+/// The schema markers AIBrix's CRDs carry that decide how the API server merges and checks
+/// an object (list and map merge strategies, quantity patterns, int-or-string, defaults):
+/// squall's must carry every one of them at the same place, with the same value.
+const MARKERS: &[&str] = &[
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-map-type",
+    "x-kubernetes-int-or-string",
+    "pattern",
+    "default",
+];
+
+/// Collects AIBrix's markers that squall's schema lacks or states differently.
+fn lost_markers(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<String>) {
+    for marker in MARKERS {
+        if let Some(value) = theirs.get(*marker)
+            && ours.get(*marker) != Some(value)
+        {
+            out.push(format!(
+                "{path}: {marker} {value} (squall's: {})",
+                ours.get(*marker).map_or("absent".into(), Value::to_string)
+            ));
+        }
+    }
+    if let Some(their_props) = theirs.get("properties").and_then(Value::as_object) {
+        for (key, their_child) in their_props {
+            let child_path = format!("{path}.{key}");
+            // A field squall's schema leaves out (the API server's own `metadata`) loses
+            // only the markers inside it.
+            let our_child = ours
+                .pointer(&format!("/properties/{key}"))
+                .unwrap_or(&Value::Null);
+            lost_markers(their_child, our_child, &child_path, out);
+        }
+    }
+    for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
+        if let (Some(their_inner), Some(our_inner)) = (theirs.get(key), ours.get(key))
+            && their_inner.is_object()
+        {
+            lost_markers(their_inner, our_inner, &format!("{path}{suffix}"), out);
+        }
+    }
+}
+
+#[test]
+fn schemas_keep_every_aibrix_marker() {
+    let Some(schemas) = crd_schemas() else { return };
+    let mut lost = Vec::new();
+    for (plural, theirs, ours) in &schemas {
+        let mut found = Vec::new();
+        lost_markers(theirs, ours, "", &mut found);
+        lost.extend(found.into_iter().map(|d| format!("{plural}{d}")));
+    }
+    assert!(
+        lost.is_empty(),
+        "{} markers of AIBrix's CRDs lost:\n{}",
+        lost.len(),
+        lost.join("\n")
+    );
+}

@@ -331,6 +331,24 @@ fn ratcheting_applies_to_rolesets() {
     assert_eq!(errors(&new, &old).len(), 1);
 }
 
+/// `InPlaceUpdate` paces RoleSets by `maxUnavailable` (no warning) and adds none for
+/// `maxSurge` to bound (a warning that says what happens instead).
+#[test]
+fn in_place_update_warns_about_max_surge_only() {
+    let mut service = stormservice();
+    service["spec"]["updateStrategy"] = json!({"type": "InPlaceUpdate", "maxUnavailable": 2});
+    let report = validate_object(&service, None).unwrap();
+    assert_eq!(report.warnings, Vec::<String>::new());
+    service["spec"]["updateStrategy"]["maxSurge"] = json!(1);
+    let report = validate_object(&service, None).unwrap();
+    assert!(
+        matches!(report.warnings.as_slice(), [w] if w.contains("maxSurge has no effect")
+            && w.contains("maxUnavailable sets how many are updated at a time")),
+        "{:?}",
+        report.warnings
+    );
+}
+
 #[test]
 fn editing_canary_steps_during_a_canary_warns() {
     let mut old = stormservice();

@@ -1,7 +1,8 @@
 //! The StormService controller on the local control plane (shared operator): upstream samples
 //! reach Ready; replica mode rolls RoleSets within its budgets at every observed state, a
 //! rollback reuses the old revision and history is truncated; pooled mode updates in place,
-//! rolling only the changed role, and a role-replica-only change scales without a revision.
+//! rolling only the changed role, and a role-replica-only change scales without a revision;
+//! pod templates merge by key under server-side apply and check quantities.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -432,6 +433,37 @@ async fn pooled_mode_updates_in_place_and_scales_roles_without_a_revision() {
         uids(&after, "decode").is_disjoint(&uids(&before, "decode")),
         "decode rolled"
     );
+    // Every pod names the revision its role last changed in, as the RoleSet states it:
+    // prefill still the first, decode the second.
+    let annotations = current[0].annotations();
+    let role_revision = |role: &str| {
+        annotations
+            .get(&format!(
+                "stormservice.orchestration.aibrix.ai/role-revision.{role}"
+            ))
+            .cloned()
+    };
+    assert_eq!(
+        (
+            role_revision("prefill").as_deref(),
+            role_revision("decode").as_deref()
+        ),
+        (Some("1"), Some("2"))
+    );
+    for pod in &after {
+        for (label, prefix) in [
+            ("role-revision", "role-revision."),
+            ("role-revision-name", "role-revision-name."),
+        ] {
+            let key = |k: &str| format!("stormservice.orchestration.aibrix.ai/{k}");
+            assert_eq!(
+                pod.labels().get(&key(label)),
+                annotations.get(&key(&format!("{prefix}{}", role_of(pod)))),
+                "pod {}: {label}",
+                pod.name_any()
+            );
+        }
+    }
     let revision_count = revisions
         .list(&Default::default())
         .await
@@ -946,5 +978,88 @@ async fn a_service_of_the_same_name_that_squall_does_not_own_is_left_alone() {
         ours.owner_references()
             .iter()
             .any(|o| o.kind == "StormService" && o.controller == Some(true))
+    );
+}
+
+/// The CRD keeps Kubernetes' merge markers inside pod templates: two field managers that
+/// server-side apply different containers of one role both keep theirs (merged by `name`,
+/// not one list owned whole), and a malformed quantity is refused at apply time, naming its
+/// field.
+#[tokio::test]
+#[ignore = "needs the local control plane (make test)"]
+async fn pod_templates_merge_containers_by_name_and_refuse_malformed_quantities() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "ssa").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let team_a = stormservice("llm", 1, json!({"type": "RollingUpdate"}), &[("decode", 1)]);
+    api.patch("llm", &PatchParams::apply("team-a"), &Patch::Apply(&team_a))
+        .await
+        .unwrap();
+    let team_b = json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+        "metadata": {"name": "llm"},
+        "spec": {"template": {"spec": {"roles": [{"name": "decode", "template": {"spec": {
+            "containers": [{"name": "metrics", "image": "exporter:1"}]
+        }}}]}}}
+    });
+    api.patch("llm", &PatchParams::apply("team-b"), &Patch::Apply(&team_b))
+        .await
+        .expect("a second manager's container merges in without a conflict");
+    // Team A applies its unchanged manifest again, as a GitOps loop does.
+    let merged = api
+        .patch("llm", &PatchParams::apply("team-a"), &Patch::Apply(&team_a))
+        .await
+        .unwrap();
+    let role = &merged
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .roles
+        .as_ref()
+        .unwrap()[0];
+    let containers: BTreeSet<String> = role
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .map(|spec| spec.containers.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        containers,
+        BTreeSet::from(["engine".to_string(), "metrics".to_string()]),
+        "each manager keeps its own container"
+    );
+
+    let malformed = r#"
+apiVersion: orchestration.aibrix.ai/v1alpha1
+kind: StormService
+metadata: {name: greedy}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: greedy}}
+  template:
+    metadata: {labels: {app: greedy}}
+    spec:
+      roles:
+      - name: decode
+        template:
+          spec:
+            containers:
+            - name: engine
+              image: engine:1
+              resources: {limits: {cpu: lots}}
+"#;
+    let out = apply(ns.name(), malformed);
+    assert!(
+        !out.success,
+        "a malformed quantity is refused: {}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("resources.limits.cpu") && out.stderr.contains("lots"),
+        "the refusal names the field and the value: {}",
+        out.stderr
     );
 }

@@ -8,6 +8,7 @@ pub mod limits;
 pub mod pod;
 pub mod podset;
 pub mod roleset;
+pub mod schema;
 pub mod stormservice;
 pub mod validation;
 pub mod view;

@@ -653,20 +653,18 @@ fn check_stormservice(meta: &MetaView<'_>, spec: &StormServiceSpecView<'_>) -> R
 
     // Rule 11: warnings.
     let canary = spec.canary_steps().is_some();
-    if spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate && !canary {
-        for (field, set) in [
-            ("maxSurge", strategy.is_some_and(|s| s.max_surge.is_some())),
-            (
-                "maxUnavailable",
-                strategy.is_some_and(|s| s.max_unavailable.is_some()),
-            ),
-        ] {
-            if set {
-                report.warn(format!(
-                    "spec.updateStrategy.{field} has no effect with InPlaceUpdate unless a canary is configured"
-                ));
-            }
-        }
+    // `InPlaceUpdate` updates RoleSets where they are: `maxUnavailable` paces how many at a
+    // time, and nothing is ever added for `maxSurge` to bound (a canary aside).
+    if spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate
+        && !canary
+        && strategy.is_some_and(|s| s.max_surge.is_some())
+    {
+        report.warn(
+            "spec.updateStrategy.maxSurge has no effect with InPlaceUpdate unless a canary is \
+             configured: RoleSets are updated in place, none is added (maxUnavailable sets how \
+             many are updated at a time)"
+                .into(),
+        );
     }
     if spec.stateful.is_some() {
         report.warn(

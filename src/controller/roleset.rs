@@ -30,6 +30,7 @@ use crate::api::pod::CachedPod;
 use crate::api::validation::validate_roleset;
 use crate::api::{PodSet, RoleSet};
 use crate::planner::in_place::complete_patch;
+use crate::planner::render::role_revision_labels;
 use crate::planner::roleset::RoleInput;
 use crate::planner::roleset_pass::{
     NewChild, PassInput, Pending, RoleWrites, decide, role_children,
@@ -305,8 +306,9 @@ async fn update_in_place(
         .await;
     }
     let target = &role.target_hash;
+    let complete = complete_patch(target, &role_revision_labels(roleset, &role.role));
     for (name, gated) in &writes.complete {
-        patch_pod(api, name, &Patch::Merge(complete_patch(target)), ctx).await?;
+        patch_pod(api, name, &Patch::Merge(complete.clone()), ctx).await?;
         if *gated {
             set_in_place_condition(api, name, true, ctx).await?;
         }

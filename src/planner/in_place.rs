@@ -432,10 +432,17 @@ pub fn start_patch(live: &Pod, desired: &Pod, target_hash: &str) -> Value {
     json!({"metadata": {"annotations": annotations}, "spec": {"containers": containers}})
 }
 
-/// The merge patch that completes an in-place update: the pod is now on `target_hash`.
-pub fn complete_patch(target_hash: &str) -> Value {
+/// The merge patch that completes an in-place update: the pod is now on `target_hash`, and
+/// its role-revision labels are the RoleSet's current ones.
+pub fn complete_patch(target_hash: &str, role_revision_labels: &[(String, String)]) -> Value {
+    let mut labels = Map::from_iter([(LABEL_ROLE_TEMPLATE_HASH.to_string(), json!(target_hash))]);
+    labels.extend(
+        role_revision_labels
+            .iter()
+            .map(|(key, value)| (key.clone(), json!(value))),
+    );
     json!({"metadata": {
-        "labels": {LABEL_ROLE_TEMPLATE_HASH: target_hash},
+        "labels": labels,
         "annotations": {
             ANNOTATION_IN_PLACE_TARGET_HASH: null,
             ANNOTATION_IN_PLACE_STATE: null,
@@ -447,6 +454,24 @@ pub fn complete_patch(target_hash: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completing_refreshes_the_hash_and_the_role_revision_labels() {
+        let labels = [
+            (LABEL_ROLE_REVISION.to_string(), "5".to_string()),
+            (LABEL_ROLE_REVISION_NAME.to_string(), "svc-5c8b".to_string()),
+        ];
+        let patch = complete_patch("h2", &labels);
+        assert_eq!(
+            patch["metadata"]["labels"],
+            json!({LABEL_ROLE_TEMPLATE_HASH: "h2", LABEL_ROLE_REVISION: "5",
+                   LABEL_ROLE_REVISION_NAME: "svc-5c8b"})
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"][ANNOTATION_IN_PLACE_TARGET_HASH],
+            Value::Null
+        );
+    }
 
     /// A pod as squall renders it.
     fn desired(image: &str, hash: &str) -> Pod {

@@ -14,9 +14,10 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::keys::{
+    ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
     ANNOTATION_ROLESET_INDEX, FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME,
-    LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
-    LABEL_STORM_SERVICE_NAME,
+    LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME,
+    LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{
     PodSet, PodSetSpec, RoleSet, RoleSpec, StormService, TopologyMode, TopologyScope,
@@ -227,6 +228,26 @@ pub const BUILTIN_ENV: [&str; 5] = [
     "ROLE_TEMPLATE_HASH",
 ];
 
+/// The pod labels naming the ControllerRevision `role` of `roleset` was last changed in
+/// (`role-revision`, `role-revision-name`), from the RoleSet's per-role annotations when it
+/// has them — AIBrix's labels, by which a gateway tells the roles that changed.
+pub fn role_revision_labels(roleset: &RoleSet, role: &str) -> Vec<(String, String)> {
+    let annotations = roleset.annotations();
+    [
+        (ANNOTATION_ROLE_REVISION_PREFIX, LABEL_ROLE_REVISION),
+        (
+            ANNOTATION_ROLE_REVISION_NAME_PREFIX,
+            LABEL_ROLE_REVISION_NAME,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(prefix, label)| {
+        let value = annotations.get(&format!("{prefix}{role}"))?;
+        Some((label.to_string(), value.clone()))
+    })
+    .collect()
+}
+
 /// A new pod of a stateless role (the API server completes the name from `generateName`).
 pub fn stateless_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str) -> Pod {
     render_pod(roleset, role, hash, None)
@@ -264,6 +285,7 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
             labels.insert(passed_through.into(), value.clone());
         }
     }
+    labels.extend(role_revision_labels(roleset, &role.name));
     let mut annotations = template_meta.annotations.unwrap_or_default();
     annotations.insert(ANNOTATION_ROLESET_INDEX.into(), roleset_index.clone());
     let slot_text = slot.map(|s| s.to_string());
@@ -653,6 +675,46 @@ mod tests {
         assert_eq!(
             (owner.kind.as_str(), owner.controller),
             ("RoleSet", Some(true))
+        );
+    }
+
+    #[test]
+    fn pods_carry_their_roles_revision_labels_and_gang_pods_do_not() {
+        let roleset: RoleSet = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "u-1",
+                "annotations": {
+                    "stormservice.orchestration.aibrix.ai/role-revision.prefill": "3",
+                    "stormservice.orchestration.aibrix.ai/role-revision-name.prefill": "svc-7d9f",
+                    "stormservice.orchestration.aibrix.ai/role-revision.decode": "4",
+                }},
+            "spec": {"roles": []}
+        }))
+        .unwrap();
+        let role = |name: &str| RoleSpec {
+            template: Some(template("i:1")),
+            ..serde_json::from_value(json!({"name": name})).unwrap()
+        };
+        let labels = |pod: Pod| pod.metadata.labels.unwrap_or_default();
+        let prefill = labels(stateless_pod(&roleset, &role("prefill"), "h"));
+        assert_eq!(
+            (
+                prefill[LABEL_ROLE_REVISION].as_str(),
+                prefill[LABEL_ROLE_REVISION_NAME].as_str()
+            ),
+            ("3", "svc-7d9f")
+        );
+        // Only what the RoleSet states: a role without a revision-name annotation gets no
+        // such label, a role without annotations (a RoleSet of its own) gets none.
+        let decode = labels(stateful_pod(&roleset, &role("decode"), "h", 0));
+        assert_eq!(decode[LABEL_ROLE_REVISION], "4");
+        assert!(!decode.contains_key(LABEL_ROLE_REVISION_NAME));
+        let router = labels(stateless_pod(&roleset, &role("router"), "h"));
+        assert!(!router.contains_key(LABEL_ROLE_REVISION));
+        let gang = podset_for_slot(&roleset, &role("prefill"), "h", 0);
+        assert!(
+            !gang.labels().contains_key(LABEL_ROLE_REVISION),
+            "PodSets and their pods do not carry them, as in AIBrix"
         );
     }
 
