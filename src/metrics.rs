@@ -154,6 +154,7 @@ pub struct Metrics {
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
+    aibrix_controller_active: Gauge,
     step_transitions: Family<TriggerLabels, Counter>,
     rollout_step: Family<ObjectLabels, Gauge>,
     invalid_spec: Family<ObjectLabels, Gauge>,
@@ -259,6 +260,12 @@ impl Default for Metrics {
             "1 while this process holds the controllers' Lease (or runs them without election)",
             leader.clone(),
         );
+        let aibrix_controller_active = Gauge::default();
+        registry.register(
+            "squall_aibrix_controller_active",
+            "1 while AIBrix's controller-manager holds its leader Lease and squall leaves every object to it",
+            aibrix_controller_active.clone(),
+        );
         let api_writes = Family::<WriteLabels, Counter>::default();
         registry.register(
             "squall_api_writes",
@@ -311,6 +318,7 @@ impl Default for Metrics {
             cache_objects,
             cache_bytes,
             leader,
+            aibrix_controller_active,
             step_transitions,
             rollout_step,
             invalid_spec,
@@ -482,6 +490,11 @@ impl Metrics {
     /// Whether this process runs the controllers.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// Whether AIBrix's controller-manager holds its Lease (squall leaves everything to it).
+    pub fn set_aibrix_controller_active(&self, active: bool) {
+        self.aibrix_controller_active.set(i64::from(active));
     }
 
     /// Records the serving certificate's expiry.

@@ -17,6 +17,7 @@ use webhook_certs::manager::{CertState, Configs, Source};
 use webhook_certs::store::Store;
 
 use crate::admin::{self, Readiness};
+use crate::controller::aibrix_guard::AibrixLease;
 use crate::metrics::Metrics;
 use crate::server::{self, CertResolver};
 use crate::webhook::config::{Registration, configurations};
@@ -87,6 +88,11 @@ pub struct RunArgs {
     /// How long a Lease holds without renewal before another replica takes over.
     #[arg(long, env = "SQUALL_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
+    /// AIBrix's controller-manager Lease (`NAMESPACE/NAME`): while AIBrix holds it, squall
+    /// reconciles nothing, so two controllers never act on one pod. `none`: no AIBrix here.
+    #[arg(long, env = "SQUALL_AIBRIX_LEASE", default_value = AibrixLease::DEFAULT,
+        value_parser = parse_aibrix_lease)]
+    aibrix_lease: GuardedBy,
     /// Namespaces the controllers serve (comma-separated); empty: every namespace.
     #[arg(long, env = "SQUALL_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
@@ -97,6 +103,14 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "SQUALL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
+}
+
+/// The `--aibrix-lease` value: AIBrix's Lease, or none.
+#[derive(Clone, Debug)]
+struct GuardedBy(Option<AibrixLease>);
+
+fn parse_aibrix_lease(text: &str) -> Result<GuardedBy, String> {
+    AibrixLease::parse(text).map(GuardedBy)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -294,6 +308,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let controllers = args.controllers.then(|| {
         let config = config.clone();
         let namespaces = args.namespaces.clone();
+        let aibrix_lease = args.aibrix_lease.0.clone();
         let metrics = metrics.clone();
         let stop = shutdown_rx.clone();
         tokio::spawn(async move {
@@ -302,7 +317,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
-            if let Err(error) = run_controllers(config, metrics, &namespaces, election, stop).await
+            if let Err(error) =
+                run_controllers(config, metrics, &namespaces, election, aibrix_lease, stop).await
             {
                 tracing::error!(%error, "controllers stopped");
                 std::process::exit(1);
@@ -390,12 +406,13 @@ async fn run_controllers(
     metrics: Arc<Metrics>,
     namespaces: &[String],
     election: Option<Election>,
+    aibrix_lease: Option<AibrixLease>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let Some(election) = election else {
         tracing::info!("starting controllers (no leader election)");
         metrics.set_leader(true);
-        crate::controller::run(config, metrics, namespaces, async move {
+        crate::controller::run(config, metrics, namespaces, aibrix_lease, async move {
             let _ = stop.changed().await;
         })
         .await?;
@@ -434,9 +451,15 @@ async fn run_controllers(
     // Losing the Lease drops the controllers at once — every reconcile in flight is
     // cancelled at its next await, so no write starts after the loss is seen. (A graceful
     // stop would let them finish, writing for up to a reconcile's length as a non-leader.)
-    let controllers = crate::controller::run(config, metrics.clone(), namespaces, async move {
-        let _ = stop.changed().await;
-    });
+    let controllers = crate::controller::run(
+        config,
+        metrics.clone(),
+        namespaces,
+        aibrix_lease,
+        async move {
+            let _ = stop.changed().await;
+        },
+    );
     let lost_lease = tokio::select! {
         result = controllers => { result?; false }
         () = lost => true,

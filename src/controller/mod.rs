@@ -2,6 +2,7 @@
 //! (`crate::api` accessors), refuse to roll objects that fail `crate::api::validation`, and
 //! keep expectations so a lagging view never causes duplicate children (SPEC §5.1).
 
+pub mod aibrix_guard;
 pub mod cache;
 pub mod podset;
 pub mod revision;
@@ -23,6 +24,7 @@ use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use self::aibrix_guard::AibrixGuard;
 use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
@@ -246,6 +248,8 @@ pub struct Context {
     overwritten: Mutex<HashMap<String, (String, Instant)>>,
     /// By UID: since when a status write has been held back (only pod counters changed).
     status_held_since: Mutex<HashMap<String, Instant>>,
+    /// While AIBrix's controller-manager holds its Lease, nothing is reconciled.
+    guard: Option<Arc<AibrixGuard>>,
 }
 
 impl Context {
@@ -261,7 +265,20 @@ impl Context {
             failures: Mutex::default(),
             overwritten: Mutex::default(),
             status_held_since: Mutex::default(),
+            guard: None,
         }
+    }
+
+    /// The same context, reconciling only while `guard` finds AIBrix's Lease free.
+    pub fn guarded_by(mut self, guard: Option<Arc<AibrixGuard>>) -> Self {
+        self.guard = guard;
+        self
+    }
+
+    /// Who holds AIBrix's Lease, when squall must leave everything to AIBrix's controller.
+    fn aibrix_holder(&self) -> Option<(String, aibrix_guard::Holder)> {
+        let guard = self.guard.as_ref()?;
+        Some((guard.lease().to_string(), guard.held()?))
     }
 
     /// Whether the cached `object` is older than this controller's last status write to it.
@@ -590,6 +607,33 @@ async fn measured<K: kube::Resource<DynamicType = ()>>(
     reconcile: impl std::future::Future<Output = Result<Action, Error>>,
 ) -> Result<Action, Error> {
     let started = std::time::Instant::now();
+    if let Some((lease, holder)) = ctx.aibrix_holder() {
+        // Said once per generation on each object a user created (children are the owner's
+        // business; a repeat counts in the event's series); reconciled again when the Lease
+        // is seen free (`released`).
+        let top_level = object
+            .meta()
+            .owner_references
+            .as_ref()
+            .is_none_or(Vec::is_empty);
+        if top_level && ctx.once_per_generation(&*object, "aibrix") {
+            ctx.warn(
+                controller,
+                &*object,
+                "AIBrixControllerActive",
+                "Waiting",
+                format!(
+                    "AIBrix's controller-manager holds its Lease {lease} (holder {}): squall \
+                     leaves this object to it until the Lease is released or expires",
+                    holder.identity
+                ),
+            )
+            .await;
+        }
+        ctx.metrics
+            .reconciled(controller, "guarded", started.elapsed());
+        return Ok(Action::await_change());
+    }
     if ctx.behind(&*object) {
         // The watch event of our own last write is on its way and reconciles again.
         ctx.metrics
@@ -836,9 +880,17 @@ pub async fn run(
     config: kube::Config,
     metrics: Arc<Metrics>,
     namespaces: &[String],
+    aibrix_lease: Option<aibrix_guard::AibrixLease>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), kube::Error> {
     let client = |name| crate::client::counted(config.clone(), metrics.clone(), name);
+    let (guard, guard_driver) = match aibrix_lease {
+        Some(lease) => {
+            let (guard, driver) = AibrixGuard::new(client("guard")?, lease, metrics.clone());
+            (Some(guard), Some(driver))
+        }
+        None => (None, None),
+    };
     let clients = Clients {
         cache: client("cache")?,
         stormservice: client("stormservice")?,
@@ -851,12 +903,23 @@ pub async fn run(
     } else {
         namespaces.iter().map(|ns| Some(ns.as_str())).collect()
     };
-    futures::future::join_all(
+    let scopes = futures::future::join_all(
         scopes
             .into_iter()
-            .map(|namespace| run_scope(&clients, namespace, &metrics, shutdown.clone())),
-    )
-    .await;
+            .map(|namespace| run_scope(&clients, namespace, &metrics, &guard, shutdown.clone())),
+    );
+    match guard_driver {
+        // The guard keeps reading AIBrix's Lease for as long as the controllers run.
+        Some(driver) => {
+            tokio::select! {
+                _ = scopes => {}
+                () = driver => {}
+            }
+        }
+        None => {
+            scopes.await;
+        }
+    }
     Ok(())
 }
 
@@ -914,47 +977,73 @@ async fn drive<K, Fut>(
         .await;
 }
 
+/// `controller`, reconciling every object once AIBrix's Lease is seen free: what was left to
+/// AIBrix's controller meanwhile.
+fn released<K>(controller: Controller<K>, guard: &Option<Arc<AibrixGuard>>) -> Controller<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    match guard {
+        Some(guard) => controller.reconcile_all_on(guard.released()),
+        None => controller,
+    }
+}
+
 async fn run_scope(
     clients: &Clients,
     namespace: Option<&str>,
     metrics: &Arc<Metrics>,
+    guard: &Option<Arc<AibrixGuard>>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let (caches, drivers) = Caches::new(&clients.cache, namespace, metrics);
     let context = |client: &Client| {
-        Arc::new(Context::new(
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-        ))
+        Arc::new(
+            Context::new(client.clone(), caches.clone(), metrics.clone()).guarded_by(guard.clone()),
+        )
     };
     // Subscribed before the watches start, so no change is missed.
     let rolesets = drive(
         "roleset",
-        Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
-            .owns_shared_stream(caches.pods.subscribe())
-            .owns_shared_stream(caches.podsets.subscribe()),
+        released(
+            Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
+                .owns_shared_stream(caches.pods.subscribe())
+                .owns_shared_stream(caches.podsets.subscribe()),
+            guard,
+        ),
         roleset::reconcile,
         context(&clients.roleset),
         shutdown.clone(),
     );
     let podsets = drive(
         "podset",
-        Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
-            .owns_shared_stream(caches.pods.subscribe()),
+        released(
+            Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
+                .owns_shared_stream(caches.pods.subscribe()),
+            guard,
+        ),
         podset::reconcile,
         context(&clients.podset),
         shutdown.clone(),
     );
     let stormservices = drive(
         "stormservice",
-        Controller::for_shared_stream(
-            caches.stormservices.subscribe(),
-            caches.stormservices.reader(),
-        )
-        .owns_shared_stream(caches.rolesets.subscribe())
-        .owns_shared_stream(caches.revisions.subscribe())
-        .owns_shared_stream(caches.services.subscribe()),
+        released(
+            Controller::for_shared_stream(
+                caches.stormservices.subscribe(),
+                caches.stormservices.reader(),
+            )
+            .owns_shared_stream(caches.rolesets.subscribe())
+            .owns_shared_stream(caches.revisions.subscribe())
+            .owns_shared_stream(caches.services.subscribe()),
+            guard,
+        ),
         stormservice::reconcile,
         context(&clients.stormservice),
         shutdown,

@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod canary;
 pub mod in_place;
+pub mod lease;
 pub mod podset;
 pub mod render;
 pub mod revision;

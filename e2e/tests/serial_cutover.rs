@@ -1,0 +1,257 @@
+//! Cut-over from AIBrix (run serially, each test with its own operator). While AIBrix's
+//! controller-manager holds its leader Lease, squall writes nothing to any object: it says so
+//! with an event on each and a gauge, and takes over within one lease period once the Lease
+//! expires; if AIBrix comes back, squall leaves everything to it again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use e2e::operator::{Operator, counter_sum, write_requests};
+use e2e::roles::{live_rolesets, set_role_image, stormservice};
+use e2e::{TestNamespace, client, install_crds, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use squall::api::{RoleSet, StormService};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// The fake AIBrix's lease period (AIBrix's default is 15 s; shorter keeps the test short).
+const LEASE_SECONDS: i32 = 6;
+const LEASE: &str = "aibrix-controller-manager";
+
+/// A stand-in for AIBrix's controller-manager: holds the Lease as `holder`, renewing it every
+/// second (AIBrix renews every 2 s) until dropped.
+struct FakeAibrix {
+    running: Arc<AtomicBool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl FakeAibrix {
+    async fn start(leases: &Api<Lease>, holder: &str) -> Self {
+        let spec = |now: Timestamp| {
+            json!({"spec": {"holderIdentity": holder, "leaseDurationSeconds": LEASE_SECONDS,
+                "acquireTime": MicroTime(now), "renewTime": MicroTime(now)}})
+        };
+        let mut lease: Lease =
+            serde_json::from_value(json!({"metadata": {"name": LEASE}})).unwrap();
+        lease.spec = serde_json::from_value(spec(Timestamp::now())["spec"].clone()).unwrap();
+        if leases.get_opt(LEASE).await.unwrap().is_none() {
+            leases.create(&PostParams::default(), &lease).await.unwrap();
+        } else {
+            leases
+                .patch(
+                    LEASE,
+                    &PatchParams::default(),
+                    &Patch::Merge(spec(Timestamp::now())),
+                )
+                .await
+                .unwrap();
+        }
+        let running = Arc::new(AtomicBool::new(true));
+        let (leases, still) = (leases.clone(), running.clone());
+        let renewer = tokio::spawn(async move {
+            while still.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if still.load(Ordering::SeqCst) {
+                    let renewed = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
+                    if let Err(error) = leases
+                        .patch(LEASE, &PatchParams::default(), &Patch::Merge(renewed))
+                        .await
+                    {
+                        eprintln!("renewing the fake AIBrix Lease failed: {error}");
+                    }
+                }
+            }
+        });
+        Self { running, renewer }
+    }
+
+    /// Stops renewing; returns once no renewal is in flight.
+    async fn stop(self) {
+        self.running.store(false, Ordering::SeqCst);
+        self.renewer.await.unwrap();
+    }
+}
+
+/// Waits until the operator's `squall_aibrix_controller_active` gauge reads `active`.
+async fn guard_reads(operator: &Operator, active: bool) {
+    let want = if active { 1.0 } else { 0.0 };
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut interval = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        interval.tick().await;
+        let (_, body) = e2e::operator::http_get(operator.admin_addr, "/metrics").unwrap();
+        let value = body
+            .lines()
+            .find_map(|l| l.strip_prefix("squall_aibrix_controller_active "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if value == Some(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "squall_aibrix_controller_active stayed {value:?}, expected {want}"
+        );
+    }
+}
+
+/// Waits until squall has said `count` times (one per generation it left to AIBrix) that it
+/// leaves the StormService `name` to AIBrix: `AIBrixControllerActive` events, a repeat
+/// counted in the event's series.
+async fn guard_events(client: &kube::Client, namespace: &str, name: &str, count: i32) {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    e2e::wait_for_all(
+        &events,
+        &format!("{count} AIBrixControllerActive event(s) on {name}"),
+        TIMEOUT,
+        |all| {
+            all.iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("AIBrixControllerActive")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                })
+                .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+                .sum::<i32>()
+                >= count
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The controllers' writes other than events: what "touching an object" means here.
+fn object_writes(operator: &Operator) -> f64 {
+    write_requests(operator.admin_addr, &["stormservice", "roleset", "podset"])
+        .iter()
+        .filter(|(what, _)| !what.ends_with(" events"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+// Two threads: the fake AIBrix keeps renewing while the test blocks on the operator's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane (make test)"]
+async fn squall_leaves_everything_to_a_live_aibrix_and_takes_over_when_its_lease_expires() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "guard").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let aibrix = FakeAibrix::start(&leases, "aibrix-controller-manager-7c9f").await;
+    let lease_flag = format!("--aibrix-lease={}/{LEASE}", ns.name());
+    let operator = Operator::start(
+        "guard",
+        &[
+            "--controllers=true",
+            "--webhook-configs",
+            "none",
+            &lease_flag,
+        ],
+    );
+    guard_reads(&operator, true).await;
+
+    let service = stormservice(
+        "llm",
+        2,
+        json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1}),
+        &[("decode", 1)],
+    );
+    api.create(&PostParams::default(), &service).await.unwrap();
+    // The event proves squall saw the StormService and left it to AIBrix.
+    guard_events(&client, ns.name(), "llm", 1).await;
+    assert_eq!(
+        object_writes(&operator),
+        0.0,
+        "no write while AIBrix holds its Lease"
+    );
+    assert!(live_rolesets(&rolesets).await.is_empty());
+
+    // AIBrix stops: its Lease expires one period after its last renewal.
+    aibrix.stop().await;
+    let last_renewal = leases
+        .get(LEASE)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        .unwrap()
+        .0;
+    let expiry = last_renewal + SignedDuration::from_secs(LEASE_SECONDS.into());
+    wait_for(
+        &api,
+        "llm",
+        "llm Ready once the Lease expired",
+        TIMEOUT,
+        |ss| {
+            ss.and_then(|s| s.status.as_ref())
+                .is_some_and(|st| st.ready_replicas == 2)
+        },
+    )
+    .await
+    .unwrap();
+    let first_roleset = live_rolesets(&rolesets)
+        .await
+        .iter()
+        .filter_map(|r| r.metadata.creation_timestamp.clone())
+        .map(|t| t.0)
+        .min()
+        .unwrap();
+    // creationTimestamp has whole seconds: the first write came after the expiry, and within
+    // one lease period of it.
+    assert!(
+        first_roleset + SignedDuration::from_secs(1) > expiry,
+        "squall wrote at {first_roleset}, before the Lease expired at {expiry}"
+    );
+    assert!(
+        first_roleset <= expiry + SignedDuration::from_secs(LEASE_SECONDS.into()),
+        "squall took over at {first_roleset}, more than one lease period after {expiry}"
+    );
+
+    // AIBrix comes back: squall steps aside again. A reconcile already running when the
+    // Lease is seen held may finish its writes; every one that starts after leaves the
+    // object alone — shown across two spec changes, each acknowledged by the event.
+    let aibrix = FakeAibrix::start(&leases, "aibrix-controller-manager-d41e").await;
+    guard_reads(&operator, true).await;
+    set_role_image(&api, "llm", 0, "engine:2").await;
+    guard_events(&client, ns.name(), "llm", 2).await;
+    let writes = object_writes(&operator);
+    let before: Vec<RoleSet> = live_rolesets(&rolesets).await;
+    api.patch(
+        "llm",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    guard_events(&client, ns.name(), "llm", 3).await;
+    assert_eq!(
+        object_writes(&operator),
+        writes,
+        "no write while AIBrix is back"
+    );
+    let versions = |all: &[RoleSet]| -> Vec<(String, Option<String>)> {
+        all.iter()
+            .map(|r| (r.name_any(), r.resource_version()))
+            .collect()
+    };
+    assert_eq!(
+        versions(&live_rolesets(&rolesets).await),
+        versions(&before),
+        "the changes are left to AIBrix"
+    );
+    assert!(
+        counter_sum(
+            operator.admin_addr,
+            "squall_reconciles_total",
+            &["outcome=\"guarded\""]
+        ) > 0.0
+    );
+    aibrix.stop().await;
+}

@@ -1,0 +1,206 @@
+//! The guard that keeps squall and AIBrix's controller-manager from fighting over one pod.
+//! AIBrix's controller reconciles every StormService, RoleSet and PodSet in the cluster, so
+//! while it holds its leader Lease every one of them is AIBrix-managed: squall leaves them
+//! alone (an event on each, a log line, the `squall_aibrix_controller_active` gauge) and
+//! takes over once the Lease is released or expires — and steps back again if AIBrix returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::planner::lease::held_until;
+
+/// How often a free Lease is read again: AIBrix's controller-manager retries its election
+/// every 2 s, so a returning AIBrix is seen about as fast as it can start reconciling.
+const FREE_POLL: Duration = Duration::from_secs(2);
+/// How often the Lease is read again after a failed read.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Where AIBrix's controller-manager keeps its leader Lease (`--leader-election-namespace`,
+/// `--leader-election-id`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AibrixLease {
+    /// Its namespace (AIBrix's default: `aibrix-system`).
+    pub namespace: String,
+    /// Its name (AIBrix's default: `aibrix-controller-manager`).
+    pub name: String,
+}
+
+impl AibrixLease {
+    /// AIBrix's defaults.
+    pub const DEFAULT: &str = "aibrix-system/aibrix-controller-manager";
+
+    /// `NAMESPACE/NAME`, or `none` for no guard (no AIBrix in this cluster).
+    pub fn parse(text: &str) -> Result<Option<Self>, String> {
+        if text == "none" {
+            return Ok(None);
+        }
+        match text.split_once('/') {
+            Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+                Ok(Some(Self {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                }))
+            }
+            _ => Err(format!(
+                "{text:?}: expected NAMESPACE/NAME (AIBrix's is {}) or none",
+                Self::DEFAULT
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for AibrixLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Who holds AIBrix's Lease, as last read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's identity (AIBrix's pod, by default).
+    pub identity: String,
+    /// When the Lease expires unless renewed.
+    pub until: Timestamp,
+}
+
+/// The guard's view of AIBrix's Lease, shared by every controller.
+pub struct AibrixGuard {
+    lease: AibrixLease,
+    state: watch::Receiver<Option<Holder>>,
+}
+
+impl AibrixGuard {
+    /// A guard over `lease`, with the future that keeps reading it (run it alongside the
+    /// controllers). Until the first read the Lease counts as held: nothing is reconciled on
+    /// a guess.
+    pub fn new(
+        client: kube::Client,
+        lease: AibrixLease,
+        metrics: Arc<Metrics>,
+    ) -> (
+        Arc<Self>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let unknown = Holder {
+            identity: "unknown (not read yet)".into(),
+            until: Timestamp::MAX,
+        };
+        let (tx, rx) = watch::channel(Some(unknown));
+        let guard = Arc::new(Self {
+            lease: lease.clone(),
+            state: rx,
+        });
+        (guard, watch_lease(client, lease, metrics, tx))
+    }
+
+    /// The Lease it guards.
+    pub fn lease(&self) -> &AibrixLease {
+        &self.lease
+    }
+
+    /// Who holds AIBrix's Lease now, if anyone.
+    pub fn held(&self) -> Option<Holder> {
+        self.state
+            .borrow()
+            .clone()
+            .filter(|holder| holder.until > Timestamp::now())
+    }
+
+    /// Ticks each time the Lease is seen free after being held: every object is reconciled
+    /// then (what was left alone meanwhile).
+    pub fn released(&self) -> impl Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.state.clone(), |mut state| async move {
+            loop {
+                state.changed().await.ok()?;
+                if state.borrow_and_update().is_none() {
+                    return Some(((), state));
+                }
+            }
+        })
+    }
+}
+
+/// Reads the Lease when it may have changed hands: at its expiry while held, every
+/// [`FREE_POLL`] while free.
+async fn watch_lease(
+    client: kube::Client,
+    lease: AibrixLease,
+    metrics: Arc<Metrics>,
+    state: watch::Sender<Option<Holder>>,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &lease.namespace);
+    let mut forbidden_said = false;
+    loop {
+        let read = match api.get_opt(&lease.name).await {
+            Ok(found) => Ok(found.and_then(|l| held_until(&l, Timestamp::now()))),
+            // Not allowed to read it: said loudly, and squall runs (the chart grants the read;
+            // `--aibrix-lease=none` says there is no AIBrix to wait for).
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                if !std::mem::replace(&mut forbidden_said, true) {
+                    tracing::error!(%lease, message = %status.message,
+                        "cannot read AIBrix's Lease; assuming AIBrix's controller-manager is not running");
+                }
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        };
+        let next = match read {
+            Ok(Some((identity, until))) => {
+                let changed = state.borrow().as_ref().map(|h| &h.identity) != Some(&identity);
+                if changed {
+                    tracing::warn!(%lease, holder = %identity, %until,
+                        "AIBrix's controller-manager holds its Lease: squall does not reconcile until it is released or expires");
+                }
+                metrics.set_aibrix_controller_active(true);
+                let wait = (until - Timestamp::now())
+                    .try_into()
+                    .unwrap_or(Duration::ZERO)
+                    .max(Duration::from_millis(200));
+                state.send_replace(Some(Holder { identity, until }));
+                wait
+            }
+            Ok(None) => {
+                if state.borrow().is_some() {
+                    tracing::info!(%lease, "AIBrix's Lease is free: squall reconciles");
+                }
+                metrics.set_aibrix_controller_active(false);
+                state.send_replace(None);
+                FREE_POLL
+            }
+            Err(error) => {
+                tracing::warn!(%lease, %error, "reading AIBrix's Lease failed; retrying");
+                RETRY
+            }
+        };
+        tokio::time::sleep(next).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_is_named_namespace_slash_name_or_none() {
+        assert_eq!(
+            AibrixLease::parse(AibrixLease::DEFAULT),
+            Ok(Some(AibrixLease {
+                namespace: "aibrix-system".into(),
+                name: "aibrix-controller-manager".into()
+            }))
+        );
+        assert_eq!(AibrixLease::parse("none"), Ok(None));
+        for bad in ["aibrix-controller-manager", "/x", "x/", ""] {
+            let error = AibrixLease::parse(bad).unwrap_err();
+            assert!(error.contains("NAMESPACE/NAME"), "{error}");
+        }
+    }
+}
