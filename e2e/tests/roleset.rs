@@ -1,6 +1,7 @@
 //! The RoleSet controller on the local control plane (shared operator): roles upgrade in
 //! `upgradeOrder` — asserted on the order of watch events — within the role budgets at every
-//! observed state, and deleting a RoleSet removes its pods and its finalizer.
+//! observed state, deleting a RoleSet removes its pods and its finalizer, and every upstream
+//! RoleSet sample reaches Ready.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -526,4 +527,87 @@ async fn a_role_removed_from_the_spec_takes_its_pods_with_it() {
         .collect();
     now.sort();
     assert_eq!(now, kept, "the kept role's pods are the same pods");
+}
+
+/// The upstream samples that hold RoleSets and no StormService (the StormService samples are
+/// `stormservice.rs`'s): each reaches Ready with every role's pods. Together the two tests
+/// run every sample file; a file with neither kind fails here.
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn every_upstream_roleset_sample_reaches_ready_with_its_pods() {
+    let Some(shared) = e2e::shared_dir() else {
+        return;
+    };
+    install_crds();
+    let client = client().await;
+    let mut files: Vec<_> = std::fs::read_dir(shared.join("conformance/aibrix-samples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut checks = Vec::new();
+    for file in files {
+        let docs = e2e::documents(&file);
+        let has = |kind: &str| docs.iter().any(|d| d["kind"] == kind);
+        assert!(
+            has("StormService") || has("RoleSet"),
+            "{}: neither a StormService nor a RoleSet; no test runs it",
+            file.display()
+        );
+        if has("StormService") {
+            continue;
+        }
+        let samples: Vec<Value> = docs
+            .into_iter()
+            .filter(|d| d["kind"] == "RoleSet")
+            .collect();
+        let client = client.clone();
+        checks.push(async move {
+            let ns = TestNamespace::create(&client, "rs-sample").await;
+            let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+            for sample in &samples {
+                let mut sample = sample.clone();
+                // One namespace per sample: the sample's own namespace is dropped.
+                sample["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("namespace");
+                let out = e2e::apply(ns.name(), &sample.to_string());
+                assert!(out.success, "{}: {}", file.display(), out.stderr);
+                let name = sample["metadata"]["name"].as_str().unwrap();
+                let ready = wait_for(
+                    &rolesets,
+                    name,
+                    &format!("{} {name} Ready", file.display()),
+                    TIMEOUT,
+                    |rs| settled(rs, 1),
+                )
+                .await
+                .unwrap()
+                .unwrap();
+                let all_pods = pods.list(&Default::default()).await.unwrap().items;
+                for role in ready.spec.roles.iter().flatten() {
+                    let want = role.replicas_or_default() * role.pod_group_size_or_default();
+                    let have = all_pods
+                        .iter()
+                        .filter(|p| {
+                            p.labels().get("roleset-name").map(String::as_str) == Some(name)
+                                && role_of(p) == role.name
+                        })
+                        .count() as i32;
+                    assert_eq!(
+                        have,
+                        want,
+                        "{}: pods of role {} in {name}",
+                        file.display(),
+                        role.name
+                    );
+                }
+            }
+        });
+    }
+    assert!(!checks.is_empty(), "no RoleSet-only sample found");
+    futures::future::join_all(checks).await;
 }
