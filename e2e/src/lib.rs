@@ -13,6 +13,7 @@
 //! with `--include-ignored` against the local control plane.
 #![forbid(unsafe_code)]
 
+pub mod aibrix_live;
 pub mod fixtures;
 pub mod helm;
 pub mod kubelet;

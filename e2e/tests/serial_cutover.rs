@@ -3,14 +3,16 @@
 //! with an event on each and a gauge, and takes over within one lease period once the Lease
 //! expires; if AIBrix comes back, squall leaves everything to it again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use e2e::operator::{Operator, counter_sum, write_requests};
-use e2e::roles::{live_rolesets, set_role_image, stormservice};
-use e2e::{TestNamespace, client, install_crds, wait_for};
+use e2e::roles::{live_rolesets, role_of, set_role_image, stormservice};
+use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -254,4 +256,180 @@ async fn squall_leaves_everything_to_a_live_aibrix_and_takes_over_when_its_lease
         ) > 0.0
     );
     aibrix.stop().await;
+}
+
+/// Pods' UIDs by name.
+fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
+    pods.iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect()
+}
+
+/// A pooled-mode StormService exactly as AIBrix's controller left it (a router, stateful
+/// prefill and decode pools) is taken over without restarting a pod: at every observed pod
+/// state none was deleted or created, and every pod ends with squall's template hash; then
+/// a change of one role's image rolls that role as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_pooled_mode_service_aibrix_left_is_adopted_without_restarting_a_pod() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "adopt-pooled").await;
+    let Some(scenario) = e2e::aibrix_live::load(&client, ns.name(), "pooled-mode").await else {
+        return;
+    };
+    let name = scenario.stormservice.clone();
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let before = uids(&pods.list(&Default::default()).await.unwrap().items);
+    assert_eq!(before.len(), 6, "the scenario's pods");
+    let recorder = Recorder::start(pods.clone()).await;
+    let start = recorder.events().len();
+    let operator = Operator::start(
+        "adopt-pooled",
+        &[
+            "--controllers=true",
+            "--webhook-configs",
+            "none",
+            "--aibrix-lease=none",
+        ],
+    );
+
+    // Every pod ends on the template hash squall computes for its role.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let hashes: BTreeMap<(String, String), String> = rolesets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|rs| {
+                rs.spec.roles.iter().flatten().map(|role| {
+                    let template = role.template.clone().unwrap_or_default();
+                    (
+                        (rs.name_any(), role.name.clone()),
+                        squall::planner::render::template_hash(&template),
+                    )
+                })
+            })
+            .collect();
+        let all = pods.list(&Default::default()).await.unwrap().items;
+        let off: Vec<String> = all
+            .iter()
+            .filter(|p| {
+                let key = (
+                    p.labels().get("roleset-name").cloned().unwrap_or_default(),
+                    role_of(p),
+                );
+                hashes.get(&key) != p.labels().get("role-template-hash")
+            })
+            .map(|p| p.name_any())
+            .collect();
+        if off.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pods not on squall's template hash: {off:?}; operator log:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    wait_for(&api, &name, "Ready under squall", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref())
+            .is_some_and(|st| st.current_revision == st.update_revision && st.ready_replicas == 1)
+    })
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    for (i, event) in recorder.events().iter().enumerate().skip(start) {
+        match event {
+            e2e::Observed::Applied(pod) => assert_eq!(
+                before.get(&pod.name_any()),
+                pod.uid().as_ref(),
+                "event {i}: pod {} is not one AIBrix left",
+                pod.name_any()
+            ),
+            e2e::Observed::Deleted(pod) => panic!("event {i}: pod {} went away", pod.name_any()),
+            e2e::Observed::Relisted(_) => {}
+        }
+    }
+    assert_eq!(
+        uids(&pods.list(&Default::default()).await.unwrap().items),
+        before
+    );
+
+    // Under squall now: decode's image changes, and only decode rolls, within its budgets
+    // (maxSurge 0, maxUnavailable 1 by default) at every observed state.
+    let roll = recorder.events().len();
+    set_role_image(&api, &name, 2, "bench/decode:2").await;
+    wait_for(
+        &api,
+        &name,
+        "Ready after the decode change",
+        TIMEOUT,
+        |ss| {
+            ss.is_some_and(|s| {
+                s.status.as_ref().is_some_and(|st| {
+                    st.observed_generation == s.metadata.generation
+                        && st.current_revision == st.update_revision
+                        && st.ready_replicas == 1
+                        && st.updated_replicas == 1
+                })
+            })
+        },
+    )
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    e2e::roles::replay(&recorder.events(), roll, |i, state| {
+        e2e::roles::assert_pod_budgets(
+            i,
+            state,
+            &[("router", 1), ("prefill", 2), ("decode", 3)],
+            0,
+            1,
+        )
+    });
+    let after = pods.list(&Default::default()).await.unwrap().items;
+    // The pods of `role` still there from what AIBrix left.
+    let kept = |role: &str| -> usize {
+        after
+            .iter()
+            .filter(|p| role_of(p) == role && before.get(&p.name_any()) == p.uid().as_ref())
+            .count()
+    };
+    assert_eq!(
+        (kept("router"), kept("prefill"), kept("decode")),
+        (1, 2, 0),
+        "router and prefill kept their pods, decode rolled"
+    );
+    drop(operator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane (make test)"]
+async fn scratch_replica_mode() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "live").await;
+    let scenario = e2e::aibrix_live::load(&client, ns.name(), "replica-mode")
+        .await
+        .unwrap();
+    println!("{:?}", scenario.uids);
+    std::fs::write("/tmp/live-ns", ns.name()).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _operator = Operator::start(
+        "live",
+        &[
+            "--controllers=true",
+            "--webhook-configs",
+            "none",
+            "--aibrix-lease=none",
+        ],
+    );
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    std::mem::forget(ns);
 }

@@ -165,6 +165,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     // FailedCreate, like a ReplicaSet's) and the RoleSet is retried with backoff.
     let mut refused: Vec<String> = Vec::new();
     for role in &pass.roles {
+        adopt_pods(roleset, role, &pods_api, ctx).await?;
         update_in_place(roleset, role, &pods, &pods_api, ctx).await?;
         for name in &role.action.delete {
             ctx.expect_delete(&key, &role.role, name);
@@ -277,6 +278,48 @@ async fn write_status(
         Some(ROLESET_COUNTERS),
     )
     .await
+}
+
+/// Adopts the pods the pass found already matching the role's template under another hash
+/// (AIBrix's, after a cut-over): squall's hash and role-revision labels, nothing else — the
+/// pods keep running. Said once per pass in an `Adopted` event.
+async fn adopt_pods(
+    roleset: &RoleSet,
+    role: &RoleWrites,
+    api: &Api<Pod>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    if role.adopted.is_empty() {
+        return Ok(());
+    }
+    let patch = complete_patch(
+        &role.target_hash,
+        &role_revision_labels(roleset, &role.role),
+    );
+    for name in &role.adopted {
+        patch_pod(api, name, &Patch::Merge(patch.clone()), ctx).await?;
+    }
+    tracing::info!(role = %role.role, pods = role.adopted.len(), hash = %role.target_hash,
+        "adopted running pods that already match the template");
+    ctx.publish(
+        "roleset",
+        roleset,
+        None,
+        "Adopted",
+        "Adopt",
+        format!(
+            "role {}: {} running pod(s) already match template {} and were relabelled, not \
+             restarted: {}{}",
+            role.role,
+            role.adopted.len(),
+            role.target_hash,
+            // An event's note holds 1 KiB.
+            role.adopted[..role.adopted.len().min(5)].join(", "),
+            if role.adopted.len() > 5 { ", ..." } else { "" }
+        ),
+    )
+    .await;
+    Ok(())
 }
 
 /// Carries out the in-place writes of a role (AIBRIX-REFERENCE §2.3.7): completes finished

@@ -103,6 +103,14 @@ pub struct LastStatus {
     pub image_id: String,
 }
 
+/// Whether `live`, labelled with another template hash (another controller's — AIBrix hashes
+/// templates differently — or an older template that renders the same pod), already is
+/// `desired`, the pod the role would create now, with the same tolerance for what the API
+/// server filled in: adopting it is a label patch, not a restart.
+pub fn adoptable(live: &Pod, desired: &Pod) -> bool {
+    matches!(eligibility(live, desired), Err(Ineligible::NoImageChange))
+}
+
 /// Whether `live` reaches `desired` (the pod the role would create now) by changing the
 /// images of its main containers only.
 pub fn eligibility(live: &Pod, desired: &Pod) -> Result<(), Ineligible> {

@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::budget::{Budget, resolve_fenceposts};
-use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
+use super::in_place::{adoptable, eligibility, has_readiness_gate, pending_reason, start_patch};
 use super::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
 };
@@ -139,6 +139,9 @@ pub struct RoleWrites {
     pub creates: Vec<Create>,
     /// The in-place part of `action`.
     pub in_place: InPlaceWrites,
+    /// Pods from another template hash that already are what the role would create: they
+    /// get `target_hash` by a label patch (counted as updated by this pass).
+    pub adopted: Vec<String>,
 }
 
 /// The pass, decided.
@@ -204,6 +207,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let specs: Vec<&RoleSpec> = roleset.spec.roles.iter().flatten().collect();
     let mut pass = Pass::default();
     let mut stables = Vec::new();
+    let mut adoptions = Vec::new();
     for (((role, children), pending), stable) in specs
         .iter()
         .zip(input.roles)
@@ -238,14 +242,24 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             pass.orphan_podsets
                 .extend(of_role(input_podsets, &role.name).map(|p| p.name_any()));
         }
+        let stable_hash = stable.as_ref().map(|(hash, _)| hash.clone());
+        let mut children = children;
+        let adopted = adopt(
+            roleset,
+            role,
+            &mut children,
+            stable_hash.as_deref(),
+            input_pods,
+        );
         pass.inputs.push(role_input(
             roleset,
             role,
             children,
             pending,
-            stable.as_ref().map(|(hash, _)| hash.clone()),
+            stable_hash,
             input_pods,
         ));
+        adoptions.push(adopted);
         stables.push(stable);
     }
 
@@ -266,11 +280,15 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         pass.sequence = Some(order.join(" -> "));
     }
     let actions = plan(strategy, &pass.inputs, &sequence);
-    for (((role, input), stable), action) in
-        specs.iter().zip(&pass.inputs).zip(&stables).zip(actions)
+    for ((((role, input), stable), action), adopted) in specs
+        .iter()
+        .zip(&pass.inputs)
+        .zip(&stables)
+        .zip(actions)
+        .zip(adoptions)
     {
         let writes = role_writes(roleset, role, input, stable.as_ref(), action, input_pods);
-        pass.roles.push(writes);
+        pass.roles.push(RoleWrites { adopted, ..writes });
     }
 
     let retired = |labels: &BTreeMap<String, String>| {
@@ -415,6 +433,7 @@ fn role_writes(
         action,
         creates,
         in_place,
+        adopted: Vec::new(),
     }
 }
 
@@ -536,6 +555,57 @@ fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod
         Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
         _ => stateless_pod(roleset, role, hash),
     }
+}
+
+/// The pods of a plain-pod role labelled with another template hash that already are what
+/// the role would create now ([`adoptable`]); their views count them as updated from this
+/// pass on. Pods the role's partition keeps on its stable template, pods being updated in
+/// place and pods whose spec lacks one of the template's images (a rollout's usual case,
+/// told apart without decoding the spec) are not looked at.
+fn adopt(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    children: &mut RoleChildren,
+    stable_hash: Option<&str>,
+    pods: &[Arc<CachedPod>],
+) -> Vec<String> {
+    if children.gang {
+        return Vec::new();
+    }
+    let template = role.template.clone().unwrap_or_default();
+    let target_hash = template_hash(&template);
+    let images: Vec<String> = template
+        .spec
+        .iter()
+        .flat_map(|spec| &spec.containers)
+        .filter_map(|c| c.image.as_ref())
+        .map(|image| serde_json::to_string(image).expect("a string serializes"))
+        .collect();
+    let by_name: BTreeMap<&str, &CachedPod> = of_role(pods, &role.name)
+        .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+        .collect();
+    let mut adopted = Vec::new();
+    for view in children.children.iter_mut().filter(|v| {
+        v.hash != target_hash
+            && Some(v.hash.as_str()) != stable_hash
+            && !v.terminating
+            && v.running
+            && v.in_place_target.is_none()
+    }) {
+        let Some(cached) = by_name.get(view.name.as_str()) else {
+            continue;
+        };
+        let raw = cached.spec.as_deref().map_or("", |s| s.get());
+        if !images.iter().all(|image| raw.contains(image.as_str())) {
+            continue;
+        }
+        let Ok(pod) = cached.to_pod() else { continue };
+        if adoptable(&pod, &desired_pod(roleset, role, &target_hash, &pod)) {
+            view.hash.clone_from(&target_hash);
+            adopted.push(view.name.clone());
+        }
+    }
+    adopted
 }
 
 /// Outdated pods of an in-place role that are not being updated toward `target_hash` and
