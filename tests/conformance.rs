@@ -589,3 +589,51 @@ fn schemas_keep_every_aibrix_marker() {
         lost.join("\n")
     );
 }
+
+/// Taking over from AIBrix keeps its revisions: in every `aibrix-live` scenario the revision
+/// AIBrix's StormService names as current holds that StormService's template (role replicas
+/// and Go's encoding aside), as squall reads it.
+#[test]
+fn aibrix_revisions_hold_their_stormservice_template() {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use squall::planner::revision::{holds, revision_data, template_of};
+    let Some(dir) = shared_dir().map(|d| d.join("conformance/aibrix-live")) else {
+        return;
+    };
+    let mut checked = 0;
+    for file in yaml_files(&dir) {
+        let docs = documents(&file);
+        let service: StormService = serde_json::from_value(
+            docs.iter()
+                .find(|d| d["kind"] == "StormService")
+                .unwrap()
+                .clone(),
+        )
+        .unwrap();
+        let current = service
+            .status
+            .as_ref()
+            .unwrap()
+            .current_revision
+            .clone()
+            .unwrap();
+        let revision: ControllerRevision = serde_json::from_value(
+            docs.iter()
+                .find(|d| {
+                    d["kind"] == "ControllerRevision" && d["metadata"]["name"] == current.as_str()
+                })
+                .unwrap()
+                .clone(),
+        )
+        .unwrap();
+        let held = revision_data(&template_of(&revision).unwrap());
+        let ours = revision_data(&service.spec.template);
+        assert!(
+            holds(&revision, &service.spec.template),
+            "{}: {current} does not hold the template:\n{held:#}\nvs\n{ours:#}",
+            file.display()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}

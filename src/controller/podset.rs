@@ -6,13 +6,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use serde_json::json;
 
 use super::{
     Context, Error, delete_child, delete_remaining, finalized, going, live_children, owned_children,
 };
-use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME};
+use crate::api::keys::{
+    FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
+};
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetStatus};
 use crate::planner::podset::{GangPod, gang_status, plan_gang};
@@ -93,6 +96,23 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     }
     if !action.delete.is_empty() || !action.create.is_empty() {
         tracing::info!(podset = %podset.name_any(), created = ?action.create, deleted = ?action.delete, "gang pods");
+    }
+    // The gang's pods carry the PodSet's template hash: a PodSet adopted under a new hash
+    // (after a cut-over from AIBrix) passes it on without restarting them.
+    if let Some(hash) = podset.labels().get(LABEL_ROLE_TEMPLATE_HASH) {
+        let relabel = json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: hash}}});
+        for pod in pods.iter().filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.labels().get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash)
+        }) {
+            api.patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&relabel),
+            )
+            .await?;
+            ctx.metrics.api_write("podset", "patch", "pods");
+        }
     }
 
     let (total, ready, phase) = gang_status(size, &views);

@@ -24,7 +24,7 @@ use super::{
 };
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
-    LABEL_ROLESET_NAME,
+    LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
 };
 use crate::api::pod::CachedPod;
 use crate::api::validation::validate_roleset;
@@ -281,8 +281,9 @@ async fn write_status(
 }
 
 /// Adopts the pods the pass found already matching the role's template under another hash
-/// (AIBrix's, after a cut-over): squall's hash and role-revision labels, nothing else — the
-/// pods keep running. Said once per pass in an `Adopted` event.
+/// (AIBrix's, after a cut-over): squall's hash and role-revision labels (on a multi-node
+/// role's PodSets, the hash), nothing else — the pods keep running. Said once per pass in an
+/// `Adopted` event.
 async fn adopt_pods(
     roleset: &RoleSet,
     role: &RoleWrites,
@@ -292,15 +293,28 @@ async fn adopt_pods(
     if role.adopted.is_empty() {
         return Ok(());
     }
-    let patch = complete_patch(
-        &role.target_hash,
-        &role_revision_labels(roleset, &role.role),
-    );
-    for name in &role.adopted {
-        patch_pod(api, name, &Patch::Merge(patch.clone()), ctx).await?;
+    if role.gang {
+        // A PodSet carries the hash; its pods are the PodSet's business.
+        let podsets: Api<PodSet> =
+            Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
+        let patch = json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: role.target_hash}}});
+        for name in &role.adopted {
+            podsets
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            ctx.metrics.api_write("roleset", "patch", "podsets");
+        }
+    } else {
+        let patch = complete_patch(
+            &role.target_hash,
+            &role_revision_labels(roleset, &role.role),
+        );
+        for name in &role.adopted {
+            patch_pod(api, name, &Patch::Merge(patch.clone()), ctx).await?;
+        }
     }
-    tracing::info!(role = %role.role, pods = role.adopted.len(), hash = %role.target_hash,
-        "adopted running pods that already match the template");
+    tracing::info!(role = %role.role, children = role.adopted.len(), hash = %role.target_hash,
+        "adopted running children that already match the template");
     ctx.publish(
         "roleset",
         roleset,
@@ -308,10 +322,11 @@ async fn adopt_pods(
         "Adopted",
         "Adopt",
         format!(
-            "role {}: {} running pod(s) already match template {} and were relabelled, not \
+            "role {}: {} running {} already match template {} and were relabelled, not \
              restarted: {}{}",
             role.role,
             role.adopted.len(),
+            if role.gang { "PodSet(s)" } else { "pod(s)" },
             role.target_hash,
             // An event's note holds 1 KiB.
             role.adopted[..role.adopted.len().min(5)].join(", "),

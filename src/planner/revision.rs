@@ -98,13 +98,46 @@ pub fn revision_name(owner: &str, hash: &str) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// Whether `revision` holds `template` (role replicas aside).
+/// Whether `revision` holds `template` (role replicas aside). squall's own revisions hold
+/// byte-equal data; a revision another controller wrote — AIBrix's carries role replicas and
+/// Go's encoding of empty fields — holds it when the template it stores, read into squall's
+/// types, is the same: taking over from AIBrix keeps its revision, and with it every RoleSet
+/// and pod made from it.
 pub fn holds(revision: &ControllerRevision, template: &RoleSetTemplateSpec) -> bool {
-    let data = revision_data(template);
-    revision
-        .data
-        .as_ref()
-        .is_some_and(|d| canonical_json(&d.0) == canonical_json(&data))
+    let data = canonical_json(&revision_data(template));
+    let Some(stored) = revision.data.as_ref() else {
+        return false;
+    };
+    if canonical_json(&stored.0) == data {
+        return true;
+    }
+    let Ok(held) = template_of(revision) else {
+        return false;
+    };
+    let (mut held, mut wanted) = (revision_data(&held), revision_data(template));
+    without_empty_objects(&mut held);
+    without_empty_objects(&mut wanted);
+    canonical_json(&held) == canonical_json(&wanted)
+}
+
+/// Drops the `{}` Go's JSON encoding writes for empty structs it cannot omit
+/// (`disruptionTolerance: {}`, `resources: {}`): they mean what absence means — except an
+/// `emptyDir: {}`, which makes a volume what it is.
+fn without_empty_objects(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|key, v| key == "emptyDir" || v.as_object().is_none_or(|o| !o.is_empty()));
+            for (key, v) in map.iter_mut() {
+                if key != "emptyDir" {
+                    without_empty_objects(v);
+                }
+            }
+            // A struct holding only empty structs is empty in turn.
+            map.retain(|key, v| key == "emptyDir" || v.as_object().is_none_or(|o| !o.is_empty()));
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_empty_objects),
+        _ => {}
+    }
 }
 
 /// The collision count that named `revision`: the status copy of the count can lag behind

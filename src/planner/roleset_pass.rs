@@ -29,7 +29,7 @@ use super::revision::role_template;
 use super::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME,
-    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
+    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{
     PodSet, PodSetPhase, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
@@ -250,6 +250,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             &mut children,
             stable_hash.as_deref(),
             input_pods,
+            input_podsets,
         );
         pass.inputs.push(role_input(
             roleset,
@@ -557,20 +558,22 @@ fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod
     }
 }
 
-/// The pods of a plain-pod role labelled with another template hash that already are what
-/// the role would create now ([`adoptable`]); their views count them as updated from this
-/// pass on. Pods the role's partition keeps on its stable template, pods being updated in
-/// place and pods whose spec lacks one of the template's images (a rollout's usual case,
-/// told apart without decoding the spec) are not looked at.
+/// The children of a role labelled with another template hash that already are what the
+/// role would create now ([`adoptable`]): pods, or the PodSets of a multi-node role. Their
+/// views count them as updated from this pass on. Children the role's partition keeps on its
+/// stable template, pods being updated in place and pods whose spec lacks one of the
+/// template's images (a rollout's usual case, told apart without decoding the spec) are not
+/// looked at.
 fn adopt(
     roleset: &RoleSet,
     role: &RoleSpec,
     children: &mut RoleChildren,
     stable_hash: Option<&str>,
     pods: &[Arc<CachedPod>],
+    podsets: &[Arc<PodSet>],
 ) -> Vec<String> {
     if children.gang {
-        return Vec::new();
+        return adopt_podsets(roleset, role, children, stable_hash, podsets);
     }
     let template = role.template.clone().unwrap_or_default();
     let target_hash = template_hash(&template);
@@ -601,6 +604,60 @@ fn adopt(
         }
         let Ok(pod) = cached.to_pod() else { continue };
         if adoptable(&pod, &desired_pod(roleset, role, &target_hash, &pod)) {
+            view.hash.clone_from(&target_hash);
+            adopted.push(view.name.clone());
+        }
+    }
+    adopted
+}
+
+/// [`adopt`] for a multi-node role: a PodSet is what the role would create when its gang
+/// size and its pod template — compared as pods, with the same tolerance — are.
+fn adopt_podsets(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    children: &mut RoleChildren,
+    stable_hash: Option<&str>,
+    podsets: &[Arc<PodSet>],
+) -> Vec<String> {
+    let target_hash = template_hash(&role.template.clone().unwrap_or_default());
+    let as_pod = |template: &k8s_openapi::api::core::v1::PodTemplateSpec| Pod {
+        metadata: template.metadata.clone().unwrap_or_default(),
+        spec: template.spec.clone(),
+        status: None,
+    };
+    let mut adopted = Vec::new();
+    for view in children
+        .children
+        .iter_mut()
+        .filter(|v| v.hash != target_hash && Some(v.hash.as_str()) != stable_hash && !v.terminating)
+    {
+        let (Some(live), Some(slot)) = (
+            podsets
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(&view.name)),
+            view.slot,
+        ) else {
+            continue;
+        };
+        let mut desired = podset_for_slot(roleset, role, &target_hash, slot).spec;
+        // A gang's pods get their subdomain from the PodSet's StormService label, whatever
+        // its template says (`gang_pod`), so a template without one is the same gang.
+        let named = live
+            .labels()
+            .get(LABEL_STORM_SERVICE_NAME)
+            .is_some_and(|s| !s.is_empty());
+        if let Some(spec) = desired.template.spec.as_mut().filter(|_| named) {
+            spec.subdomain = live
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.subdomain.clone());
+        }
+        if live.spec.pod_group_size == desired.pod_group_size
+            && adoptable(&as_pod(&live.spec.template), &as_pod(&desired.template))
+        {
             view.hash.clone_from(&target_hash);
             adopted.push(view.name.clone());
         }
@@ -882,7 +939,7 @@ mod tests {
     fn pods_without_the_topology_affinity_are_counted() {
         let mut rs = roleset(json!([role("router", 2, 1)]));
         rs.metadata.labels = Some(BTreeMap::from([(
-            crate::api::keys::LABEL_STORM_SERVICE_NAME.to_string(),
+            LABEL_STORM_SERVICE_NAME.to_string(),
             "svc".to_string(),
         )]));
         rs.spec.topology_policy =
