@@ -3,7 +3,7 @@
 //! with an event on each and a gauge, and takes over within one lease period once the Lease
 //! expires; if AIBrix comes back, squall leaves everything to it again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -526,4 +526,104 @@ async fn podset_and_rolled_scenarios_aibrix_left_are_adopted_without_restarting_
         };
         drop(t.operator);
     }
+}
+
+/// AIBrix's pooled-mode service whose decode image was changed while AIBrix was stopped:
+/// `squall adopt --dry-run` predicts that decode's pods are replaced and the others adopted,
+/// and squall then replaces exactly those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane (make test)"]
+async fn adopt_dry_run_predicts_exactly_the_pods_that_roll() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "adopt-drift").await;
+    let Some(loaded) = e2e::aibrix_live::load(&client, ns.name(), "pooled-mode").await else {
+        return;
+    };
+    let name = loaded.stormservice;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    set_role_image(&api, &name, 2, "bench/decode:2").await;
+
+    let out = std::process::Command::new(e2e::operator::squall_bin())
+        .args(["adopt", "--dry-run", "-n", ns.name(), &name])
+        .output()
+        .expect("squall adopt runs");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "squall adopt: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let predicted = |verb: &str| -> BTreeSet<String> {
+        report
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(verb))
+            .map(str::to_string)
+            .collect()
+    };
+    let (adopt, replace) = (predicted("adopt "), predicted("replace "));
+    let before = uids(&pods.list(&Default::default()).await.unwrap().items);
+    let of_role = |role: &str| -> BTreeSet<String> {
+        before
+            .keys()
+            .filter(|n| n.contains(&format!("-{role}-")))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        replace,
+        of_role("decode"),
+        "decode is predicted to roll:\n{report}"
+    );
+    assert_eq!(
+        adopt,
+        &of_role("router") | &of_role("prefill"),
+        "the rest is predicted to be adopted:\n{report}"
+    );
+
+    let recorder = Recorder::start(pods.clone()).await;
+    let operator = Operator::start(
+        "adopt-drift",
+        &[
+            "--controllers=true",
+            "--webhook-configs",
+            "none",
+            "--aibrix-lease=none",
+        ],
+    );
+    wait_for(
+        &api,
+        &name,
+        "Ready after the take-over",
+        TIMEOUT,
+        settled_again,
+    )
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    let deleted: BTreeSet<String> = recorder
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            e2e::Observed::Deleted(pod) => Some(pod.name_any()),
+            _ => None,
+        })
+        .filter(|n| before.contains_key(n))
+        .collect();
+    assert_eq!(
+        deleted, replace,
+        "squall replaced exactly the predicted pods"
+    );
+    let kept: BTreeSet<String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| before.get(&p.name_any()) == p.uid().as_ref())
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(kept, adopt, "and kept exactly the predicted ones");
+    drop(operator);
 }

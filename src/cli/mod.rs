@@ -1,5 +1,6 @@
 //! The `squall` command line (SPEC §6). Each subcommand returns its process exit code.
 
+mod adopt;
 mod canary;
 mod cleanup;
 mod lint;
@@ -38,6 +39,9 @@ enum Command {
     ///
     /// Exit code: 0 when every finalizer was removed, 1 otherwise.
     Cleanup(cleanup::CleanupArgs),
+    /// Predict taking over StormServices from AIBrix's controller: which RoleSets, pods and
+    /// PodSets keep running under squall's labels and which are replaced. Nothing is written.
+    Adopt(adopt::AdoptArgs),
     /// Canary rollouts: status, promote, abort, retry, pause, resume.
     #[command(flatten)]
     Canary(canary::CanaryCommand),
@@ -54,6 +58,7 @@ impl Cli {
             Command::Lint { files } => lint::run(&files),
             Command::Canary(command) => canary::run(command),
             Command::Cleanup(args) => cleanup::run(&args),
+            Command::Adopt(args) => adopt::run(&args),
             Command::Run(args) => match run::run(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -1,6 +1,7 @@
 //! Pure rollout decisions: given a spec and the observed children, what to create, delete or
 //! update. No I/O, so every decision is unit- and property-tested.
 
+pub mod adoption;
 pub mod budget;
 pub mod canary;
 pub mod in_place;

@@ -20,8 +20,9 @@ use crate::api::pod::CachedPod;
 use kube::ResourceExt;
 use serde_json::Value;
 
+use super::adoption::adopt;
 use super::budget::{Budget, resolve_fenceposts};
-use super::in_place::{adoptable, eligibility, has_readiness_gate, pending_reason, start_patch};
+use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
 use super::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
 };
@@ -29,7 +30,7 @@ use super::revision::role_template;
 use super::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME,
-    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME,
+    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::{
     PodSet, PodSetPhase, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
@@ -490,7 +491,10 @@ fn in_place_writes(
 }
 
 /// The children in `all` labelled with `role`.
-fn of_role<'a, K: ResourceExt>(all: &'a [Arc<K>], role: &'a str) -> impl Iterator<Item = &'a K> {
+pub(crate) fn of_role<'a, K: ResourceExt>(
+    all: &'a [Arc<K>],
+    role: &'a str,
+) -> impl Iterator<Item = &'a K> {
     all.iter()
         .map(|child| &**child)
         .filter(move |child| child.labels().get(LABEL_ROLE_NAME).map(String::as_str) == Some(role))
@@ -551,118 +555,11 @@ fn in_place_target(pod: &impl ResourceExt) -> Option<&String> {
 }
 
 /// The pod a role would create now in the place of `pod` (same slot).
-fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
+pub(crate) fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
     match slot_of(pod.labels()) {
         Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
         _ => stateless_pod(roleset, role, hash),
     }
-}
-
-/// The children of a role labelled with another template hash that already are what the
-/// role would create now ([`adoptable`]): pods, or the PodSets of a multi-node role. Their
-/// views count them as updated from this pass on. Children the role's partition keeps on its
-/// stable template, pods being updated in place and pods whose spec lacks one of the
-/// template's images (a rollout's usual case, told apart without decoding the spec) are not
-/// looked at.
-fn adopt(
-    roleset: &RoleSet,
-    role: &RoleSpec,
-    children: &mut RoleChildren,
-    stable_hash: Option<&str>,
-    pods: &[Arc<CachedPod>],
-    podsets: &[Arc<PodSet>],
-) -> Vec<String> {
-    if children.gang {
-        return adopt_podsets(roleset, role, children, stable_hash, podsets);
-    }
-    let template = role.template.clone().unwrap_or_default();
-    let target_hash = template_hash(&template);
-    let images: Vec<String> = template
-        .spec
-        .iter()
-        .flat_map(|spec| &spec.containers)
-        .filter_map(|c| c.image.as_ref())
-        .map(|image| serde_json::to_string(image).expect("a string serializes"))
-        .collect();
-    let by_name: BTreeMap<&str, &CachedPod> = of_role(pods, &role.name)
-        .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
-        .collect();
-    let mut adopted = Vec::new();
-    for view in children.children.iter_mut().filter(|v| {
-        v.hash != target_hash
-            && Some(v.hash.as_str()) != stable_hash
-            && !v.terminating
-            && v.running
-            && v.in_place_target.is_none()
-    }) {
-        let Some(cached) = by_name.get(view.name.as_str()) else {
-            continue;
-        };
-        let raw = cached.spec.as_deref().map_or("", |s| s.get());
-        if !images.iter().all(|image| raw.contains(image.as_str())) {
-            continue;
-        }
-        let Ok(pod) = cached.to_pod() else { continue };
-        if adoptable(&pod, &desired_pod(roleset, role, &target_hash, &pod)) {
-            view.hash.clone_from(&target_hash);
-            adopted.push(view.name.clone());
-        }
-    }
-    adopted
-}
-
-/// [`adopt`] for a multi-node role: a PodSet is what the role would create when its gang
-/// size and its pod template — compared as pods, with the same tolerance — are.
-fn adopt_podsets(
-    roleset: &RoleSet,
-    role: &RoleSpec,
-    children: &mut RoleChildren,
-    stable_hash: Option<&str>,
-    podsets: &[Arc<PodSet>],
-) -> Vec<String> {
-    let target_hash = template_hash(&role.template.clone().unwrap_or_default());
-    let as_pod = |template: &k8s_openapi::api::core::v1::PodTemplateSpec| Pod {
-        metadata: template.metadata.clone().unwrap_or_default(),
-        spec: template.spec.clone(),
-        status: None,
-    };
-    let mut adopted = Vec::new();
-    for view in children
-        .children
-        .iter_mut()
-        .filter(|v| v.hash != target_hash && Some(v.hash.as_str()) != stable_hash && !v.terminating)
-    {
-        let (Some(live), Some(slot)) = (
-            podsets
-                .iter()
-                .find(|p| p.metadata.name.as_deref() == Some(&view.name)),
-            view.slot,
-        ) else {
-            continue;
-        };
-        let mut desired = podset_for_slot(roleset, role, &target_hash, slot).spec;
-        // A gang's pods get their subdomain from the PodSet's StormService label, whatever
-        // its template says (`gang_pod`), so a template without one is the same gang.
-        let named = live
-            .labels()
-            .get(LABEL_STORM_SERVICE_NAME)
-            .is_some_and(|s| !s.is_empty());
-        if let Some(spec) = desired.template.spec.as_mut().filter(|_| named) {
-            spec.subdomain = live
-                .spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|s| s.subdomain.clone());
-        }
-        if live.spec.pod_group_size == desired.pod_group_size
-            && adoptable(&as_pod(&live.spec.template), &as_pod(&desired.template))
-        {
-            view.hash.clone_from(&target_hash);
-            adopted.push(view.name.clone());
-        }
-    }
-    adopted
 }
 
 /// Outdated pods of an in-place role that are not being updated toward `target_hash` and
@@ -939,7 +836,7 @@ mod tests {
     fn pods_without_the_topology_affinity_are_counted() {
         let mut rs = roleset(json!([role("router", 2, 1)]));
         rs.metadata.labels = Some(BTreeMap::from([(
-            LABEL_STORM_SERVICE_NAME.to_string(),
+            crate::api::keys::LABEL_STORM_SERVICE_NAME.to_string(),
             "svc".to_string(),
         )]));
         rs.spec.topology_policy =
