@@ -11,6 +11,7 @@ use std::time::Duration;
 use e2e::operator::{Operator, counter_sum, write_requests};
 use e2e::roles::{live_rolesets, role_of, set_role_image, stormservice};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -361,6 +362,42 @@ async fn take_over(scenario: &str) -> Option<TakenOver> {
     })
     .await
     .unwrap();
+    // Under squall's own revision, in AIBrix's revision's place, every RoleSet relabelled.
+    let status = api.get(&name).await.unwrap().status.unwrap();
+    let update = status.update_revision.unwrap();
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
+    let aibrix_revisions: BTreeSet<&str> = loaded
+        .uids
+        .keys()
+        .filter_map(|k| k.strip_prefix("ControllerRevision/"))
+        .collect();
+    assert!(
+        !aibrix_revisions.contains(update.as_str()),
+        "{scenario}: the update revision {update} is squall's own"
+    );
+    let newest_aibrix = revisions
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.name_any() != update)
+        .map(|r| r.revision)
+        .max()
+        .unwrap();
+    assert_eq!(
+        revisions.get(&update).await.unwrap().revision,
+        newest_aibrix,
+        "{scenario}: squall's revision takes AIBrix's place in the history"
+    );
+    for roleset in live_rolesets(&rolesets_api).await {
+        assert_eq!(
+            roleset.labels().get("storm-service-revision"),
+            Some(&update),
+            "{scenario}: RoleSet {} relabelled",
+            roleset.name_any()
+        );
+    }
     pods.catch_up(&pods_api).await;
     rolesets.catch_up(&rolesets_api).await;
     for (i, event) in pods.events().iter().enumerate() {

@@ -146,6 +146,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         current: &revisions.current,
         update: &revisions.update,
         stable_missing: revisions.stable_missing.as_deref(),
+        history: &revisions.history,
         rolesets: &rolesets,
         pending_creates: expectation
             .creates
@@ -433,7 +434,7 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
                 .api_write("stormservice", "patch", "controllerrevisions");
             bumped
         }
-        UpdateRevision::Create { revision } => {
+        UpdateRevision::Create { revision } | UpdateRevision::Adopt { revision } => {
             let (created, count) =
                 write_revision(&api, service, template, revision, collision_count).await?;
             ctx.metrics

@@ -179,6 +179,7 @@ pub fn predict(
         UpdateRevision::Newest(i) | UpdateRevision::Rollback { index: i, .. } => {
             Some(history[i].name_any())
         }
+        UpdateRevision::Adopt { .. } => history.last().map(ResourceExt::name_any),
         UpdateRevision::Create { .. } => None,
     };
     let in_place =

@@ -98,17 +98,22 @@ pub fn revision_name(owner: &str, hash: &str) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// Whether `revision` holds `template` (role replicas aside). squall's own revisions hold
-/// byte-equal data; a revision another controller wrote — AIBrix's carries role replicas and
-/// Go's encoding of empty fields — holds it when the template it stores, read into squall's
-/// types, is the same: taking over from AIBrix keeps its revision, and with it every RoleSet
-/// and pod made from it.
+/// Whether `revision` holds `template` (role replicas aside) byte for byte: squall's own
+/// revisions, stored as canonical JSON.
 pub fn holds(revision: &ControllerRevision, template: &RoleSetTemplateSpec) -> bool {
     let data = canonical_json(&revision_data(template));
-    let Some(stored) = revision.data.as_ref() else {
-        return false;
-    };
-    if canonical_json(&stored.0) == data {
+    revision
+        .data
+        .as_ref()
+        .is_some_and(|stored| canonical_json(&stored.0) == data)
+}
+
+/// Whether `revision` holds `template` as squall reads it: byte for byte ([`holds`]), or — a
+/// revision another controller wrote; AIBrix's carries role replicas and Go's encoding of
+/// empty fields — once the template it stores is read into squall's types. Taking over from
+/// AIBrix keeps what was made from such a revision.
+pub fn holds_as_read(revision: &ControllerRevision, template: &RoleSetTemplateSpec) -> bool {
+    if holds(revision, template) {
         return true;
     }
     let Ok(held) = template_of(revision) else {
@@ -207,6 +212,13 @@ pub enum UpdateRevision {
         /// The new revision's number.
         revision: i64,
     },
+    /// The newest revision is another controller's (AIBrix's, at a cut-over) and holds the
+    /// template as squall reads it: squall writes the template in its own format under the
+    /// same number, `revision` — the same place in the history.
+    Adopt {
+        /// The number they share.
+        revision: i64,
+    },
 }
 
 /// Orders a StormService's revisions oldest first: by number, then creation, then name.
@@ -232,7 +244,12 @@ pub fn update_revision(
             index,
             revision: next,
         },
-        None => UpdateRevision::Create { revision: next },
+        None => match history.len().checked_sub(1) {
+            Some(newest) if holds_as_read(&history[newest], template) => UpdateRevision::Adopt {
+                revision: history[newest].revision,
+            },
+            _ => UpdateRevision::Create { revision: next },
+        },
     }
 }
 

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::budget::{Budget, Fenceposts, resolve_fenceposts};
 use super::canary::{CanaryDecision, CanaryInput, Step, step, target, weight_at};
 use super::render::{shorten_keep_prefix, template_hash};
-use super::revision::{RevisionError, revision_hash, template_of};
+use super::revision::{RevisionError, holds_as_read, revision_hash, template_of};
 use super::status::fresh_ready;
 use super::stormservice::{PendingRoleSet, RoleSetView, ServiceAction, ServiceInput, plan};
 use crate::api::keys::{
@@ -40,6 +40,8 @@ pub struct PassInput<'a> {
     pub update: &'a ControllerRevision,
     /// `status.currentRevision` when no such revision exists any more.
     pub stable_missing: Option<&'a str>,
+    /// Every revision of the StormService.
+    pub history: &'a [ControllerRevision],
     /// Its RoleSets, as cached.
     pub rolesets: &'a [RoleSet],
     /// RoleSet creates issued and not yet observed.
@@ -181,13 +183,36 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
     } else {
         service.spec.update_strategy_type()
     };
+    // RoleSets made from another revision that holds the target's template as squall reads
+    // it — AIBrix's, at a cut-over — are the target's: moved in place (relabelled, the spec
+    // rewritten), never replaced. Only revisions some RoleSet is made from are read.
+    let labelled: BTreeSet<&String> = rolesets
+        .iter()
+        .filter_map(|r| r.labels().get(LABEL_STORM_SERVICE_REVISION))
+        .collect();
+    let equivalent: BTreeSet<String> = input
+        .history
+        .iter()
+        .filter(|_| target_name == update_name)
+        .filter(|r| {
+            r.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| n != &target_name && labelled.contains(n))
+        })
+        .filter(|r| holds_as_read(r, &update_template))
+        .map(ResourceExt::name_any)
+        .collect();
     let action = plan(&ServiceInput {
         desired,
         budgets: budgets(service, desired),
         strategy,
         paused: service.spec.paused == Some(true),
         two_revisions: current_name != update_name,
-        rolesets: rolesets.iter().map(|r| view(r, &target_name)).collect(),
+        rolesets: rolesets
+            .iter()
+            .map(|r| view(r, &target_name, &equivalent))
+            .collect(),
         pending_creates: input.pending_creates.clone(),
         pending_deletes: input.pending_deletes.clone(),
         max_updated: canary
@@ -226,10 +251,18 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
         })
         .collect();
     let spec = target_template.spec.clone().unwrap_or_default();
+    let adopted = rolesets.iter().filter(|r| {
+        r.metadata.deletion_timestamp.is_none()
+            && r.labels()
+                .get(LABEL_STORM_SERVICE_REVISION)
+                .is_some_and(|rev| equivalent.contains(rev))
+            && !action.update_in_place.contains(&r.name_any())
+    });
     let moves = action
         .update_in_place
         .iter()
         .filter_map(|name| rolesets.iter().find(|r| &r.name_any() == name))
+        .chain(adopted)
         .map(|roleset| {
             let (labels, annotations) = revision_metadata(service, target_revision, &target_roles);
             InPlaceMove {
@@ -520,14 +553,12 @@ fn in_place_unavailable(service: &StormService, desired: u32) -> u32 {
     resolved_budgets(service, desired).max_unavailable.max(1)
 }
 
-fn view(roleset: &RoleSet, update_revision: &str) -> RoleSetView {
+fn view(roleset: &RoleSet, update_revision: &str, equivalent: &BTreeSet<String>) -> RoleSetView {
+    let revision = roleset.labels().get(LABEL_STORM_SERVICE_REVISION);
     RoleSetView {
         name: roleset.name_any(),
-        updated: roleset
-            .labels()
-            .get(LABEL_STORM_SERVICE_REVISION)
-            .map(String::as_str)
-            == Some(update_revision),
+        updated: revision.map(String::as_str) == Some(update_revision)
+            || revision.is_some_and(|r| equivalent.contains(r)),
         index: roleset
             .annotations()
             .get(ANNOTATION_ROLESET_INDEX)
@@ -739,6 +770,7 @@ mod tests {
             current: if current == "llm-old" { &old } else { &new },
             update: &new,
             stable_missing: None,
+            history: &[],
             rolesets,
             pending_creates: Vec::new(),
             pending_deletes: BTreeSet::new(),
