@@ -351,30 +351,37 @@ async fn take_over(scenario: &str) -> Option<TakenOver> {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    wait_for(&api, &name, "Ready under squall", TIMEOUT, |ss| {
-        ss.is_some_and(|s| {
-            s.status.as_ref().is_some_and(|st| {
-                st.observed_generation == s.metadata.generation
-                    && st.current_revision == st.update_revision
-                    && st.ready_replicas == s.spec.replicas_or_default()
-            })
-        })
-    })
-    .await
-    .unwrap();
-    // Under squall's own revision, in AIBrix's revision's place, every RoleSet relabelled.
-    let status = api.get(&name).await.unwrap().status.unwrap();
-    let update = status.update_revision.unwrap();
-    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
+    // Ready under squall's own revision (the status AIBrix left names AIBrix's).
     let aibrix_revisions: BTreeSet<&str> = loaded
         .uids
         .keys()
         .filter_map(|k| k.strip_prefix("ControllerRevision/"))
         .collect();
-    assert!(
-        !aibrix_revisions.contains(update.as_str()),
-        "{scenario}: the update revision {update} is squall's own"
-    );
+    wait_for(
+        &api,
+        &name,
+        "Ready under squall's revision",
+        TIMEOUT,
+        |ss| {
+            ss.is_some_and(|s| {
+                s.status.as_ref().is_some_and(|st| {
+                    st.observed_generation == s.metadata.generation
+                        && st.current_revision == st.update_revision
+                        && st
+                            .update_revision
+                            .as_deref()
+                            .is_some_and(|r| !aibrix_revisions.contains(r))
+                        && st.ready_replicas == s.spec.replicas_or_default()
+                })
+            })
+        },
+    )
+    .await
+    .unwrap();
+    // squall's revision takes AIBrix's revision's place; every RoleSet is relabelled.
+    let status = api.get(&name).await.unwrap().status.unwrap();
+    let update = status.update_revision.unwrap();
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
     let newest_aibrix = revisions
         .list(&Default::default())
         .await
@@ -398,6 +405,20 @@ async fn take_over(scenario: &str) -> Option<TakenOver> {
             roleset.name_any()
         );
     }
+    // The CutOver event says what happened, and `squall status` shows it.
+    let out = std::process::Command::new(e2e::operator::squall_bin())
+        .args(["status", "-n", ns.name(), &name])
+        .output()
+        .expect("squall status runs");
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with("cut-over: took over from revision"))
+        .unwrap_or_else(|| panic!("{scenario}: squall status shows no cut-over:\n{shown}"));
+    assert!(
+        line.contains("0 replaced") && line.contains("0 to roll"),
+        "{scenario}: {line}"
+    );
     pods.catch_up(&pods_api).await;
     rolesets.catch_up(&rolesets_api).await;
     for (i, event) in pods.events().iter().enumerate() {
@@ -662,5 +683,16 @@ async fn adopt_dry_run_predicts_exactly_the_pods_that_roll() {
         .map(|p| p.name_any())
         .collect();
     assert_eq!(kept, adopt, "and kept exactly the predicted ones");
+    let out = std::process::Command::new(e2e::operator::squall_bin())
+        .args(["status", "-n", ns.name(), &name])
+        .output()
+        .expect("squall status runs");
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.lines().any(|l| l.starts_with("cut-over: ")
+            && l.contains(&format!("{} pod(s) or PodSet(s) adopted", adopt.len()))
+            && l.contains(&format!("{} to roll", replace.len()))),
+        "squall status shows the cut-over:\n{shown}"
+    );
     drop(operator);
 }

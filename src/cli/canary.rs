@@ -109,6 +109,27 @@ async fn api(target: &Target) -> anyhow::Result<Api<StormService>> {
     Ok(Api::namespaced(client, &namespace))
 }
 
+/// What the take-over from AIBrix did to `service`, from its `CutOver` event while the API
+/// server keeps it (events expire after an hour by default).
+async fn cut_over(api: &Api<StormService>, service: &StormService) -> Option<String> {
+    use k8s_openapi::api::events::v1::Event;
+    let uid = service.metadata.uid.as_ref()?;
+    let events: Api<Event> = Api::namespaced(
+        api.clone().into_client(),
+        service.metadata.namespace.as_deref()?,
+    );
+    let listed = events
+        .list(&kube::api::ListParams::default().fields(&format!("regarding.uid={uid}")))
+        .await
+        .ok()?;
+    listed
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CutOver"))
+        .filter_map(|e| e.note)
+        .next_back()
+}
+
 async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
     match command {
         CanaryCommand::Status {
@@ -122,6 +143,9 @@ async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("reading StormService {}", target.name))?;
             print!("{}", render(&service));
+            if let Some(note) = cut_over(&api, &service).await {
+                println!("cut-over: {note}");
+            }
             if !watch {
                 return Ok(ExitCode::SUCCESS);
             }

@@ -26,6 +26,7 @@ use crate::api::keys::{
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{Condition, RoleSet, StormService};
+use crate::planner::adoption::predict;
 use crate::planner::canary::{CanaryDecision, Transition, Trigger};
 use crate::planner::render::{headless_service, headless_service_repair};
 use crate::planner::revision::{
@@ -93,6 +94,8 @@ struct Revisions {
     /// `status.currentRevision` when no such revision exists any more (someone deleted it);
     /// `current` then falls back to `update`.
     stable_missing: Option<String>,
+    /// The other controller's revision whose place `update` took this pass (a cut-over).
+    took_over_from: Option<String>,
 }
 
 async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
@@ -133,6 +136,9 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         .into_iter()
         .map(Arc::unwrap_or_clone)
         .collect();
+    if let Some(from) = &revisions.took_over_from {
+        announce_cut_over(service, ctx, &revisions, &rolesets, from).await;
+    }
     let key = Context::key(service);
     let expectation = ctx.observe(
         &key,
@@ -404,6 +410,47 @@ fn controlled_by(meta: &ObjectMeta, service: &StormService) -> bool {
         .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
 }
 
+/// Says, once, what taking `service` over from another controller's revision `from` does:
+/// the `CutOver` event, from the same prediction `squall adopt --dry-run` prints.
+async fn announce_cut_over(
+    service: &StormService,
+    ctx: &Context,
+    revisions: &Revisions,
+    rolesets: &[RoleSet],
+    from: &str,
+) {
+    let children = |roleset: &RoleSet| Context::key(roleset);
+    let pods: Vec<_> = rolesets
+        .iter()
+        .flat_map(|r| ctx.caches.pods.owned_by(&children(r)))
+        .collect();
+    let podsets: Vec<_> = rolesets
+        .iter()
+        .flat_map(|r| ctx.caches.podsets.owned_by(&children(r)))
+        .collect();
+    let plan = predict(service, &revisions.history, rolesets, &pods, &podsets);
+    let kept = plan.rolesets.iter().filter(|r| r.kept).count();
+    let roles = plan.rolesets.iter().flat_map(|r| &r.roles);
+    let (adopted, replaced, current) = roles.fold((0, 0, 0), |(a, r, c), role| {
+        (
+            a + role.adopted.len(),
+            r + role.replaced.len(),
+            c + role.current.len(),
+        )
+    });
+    let note = format!(
+        "took over from revision {from} as {}: {kept} RoleSet(s) kept, {} replaced; {adopted} \
+         pod(s) or PodSet(s) adopted without a restart, {replaced} to roll, {current} already \
+         squall's",
+        revisions.update.name_any(),
+        plan.rolesets.len() - kept
+    );
+    tracing::info!(namespace = %service.namespace().unwrap_or_default(),
+        stormservice = %service.name_any(), %note, "cut-over");
+    ctx.publish("stormservice", service, None, "CutOver", "Adopt", note)
+        .await;
+}
+
 /// Finds or writes the update revision of the template (AIBRIX-REFERENCE §2.2.1): the newest
 /// equal revision is reused; an older equal one is a rollback and becomes the newest; else a
 /// new revision is written.
@@ -419,6 +466,7 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
     let status = service.status.clone().unwrap_or_default();
     let mut collision_count = u32::try_from(status.collision_count.unwrap_or(0)).unwrap_or(0);
     let template = &service.spec.template;
+    let mut took_over_from = None;
     let update = match update_revision(&history, template) {
         UpdateRevision::Newest(i) => history[i].clone(),
         UpdateRevision::Rollback { index, revision } => {
@@ -435,6 +483,12 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
             bumped
         }
         UpdateRevision::Create { revision } | UpdateRevision::Adopt { revision } => {
+            // The first revision squall writes over one another controller wrote (its name
+            // is not squall's hash of its data) is the cut-over.
+            took_over_from = history
+                .last()
+                .filter(|newest| collision_count_of(newest).is_none())
+                .map(ResourceExt::name_any);
             let (created, count) =
                 write_revision(&api, service, template, revision, collision_count).await?;
             ctx.metrics
@@ -454,6 +508,7 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
         collision_count,
         history,
         stable_missing,
+        took_over_from,
     })
 }
 
