@@ -405,6 +405,47 @@ async fn take_over(scenario: &str) -> Option<TakenOver> {
             roleset.name_any()
         );
     }
+    // Every pod not in a gang carries its RoleSet's role-revision labels (squall's, once
+    // the RoleSet moved to squall's revision).
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let sets: BTreeMap<String, RoleSet> = live_rolesets(&rolesets_api)
+            .await
+            .into_iter()
+            .map(|r| (r.name_any(), r))
+            .collect();
+        let stale: Vec<String> = pods_api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| {
+                !p.labels()
+                    .contains_key("stormservice.orchestration.aibrix.ai/podset-name")
+            })
+            .filter(|p| {
+                let rs = &sets[&p.labels()["roleset-name"]];
+                let role = role_of(p);
+                ["role-revision", "role-revision-name"].iter().any(|key| {
+                    p.labels()
+                        .get(&format!("stormservice.orchestration.aibrix.ai/{key}"))
+                        != rs.annotations().get(&format!(
+                            "stormservice.orchestration.aibrix.ai/{key}.{role}"
+                        ))
+                })
+            })
+            .map(|p| p.name_any())
+            .collect();
+        if stale.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{scenario}: pods without their RoleSet's role-revision labels: {stale:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     // The CutOver event says what happened, and `squall status` shows it.
     let out = std::process::Command::new(e2e::operator::squall_bin())
         .args(["status", "-n", ns.name(), &name])

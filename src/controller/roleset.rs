@@ -8,6 +8,7 @@
 //! back to recreating, with an `InPlaceFallback` event), under `Sequential`, `Parallel` and
 //! `Interleave` ordering, holding back a role's `rollout.partition` (SPEC §5.2).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -290,6 +291,13 @@ async fn adopt_pods(
     api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<(), Error> {
+    if !role.relabel.is_empty() {
+        let labels = role_revision_labels(roleset, &role.role);
+        let patch = json!({"metadata": {"labels": labels.into_iter().collect::<BTreeMap<_, _>>()}});
+        for name in &role.relabel {
+            patch_pod(api, name, &Patch::Merge(patch.clone()), ctx).await?;
+        }
+    }
     if role.adopted.is_empty() {
         return Ok(());
     }

@@ -11,10 +11,12 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::ResourceExt;
 
 use super::in_place::adoptable;
-use super::render::{podset_for_slot, template_hash};
+use super::render::{podset_for_slot, role_revision_labels, template_hash};
 use super::revision::{UpdateRevision, sort_history, update_revision};
 use super::roleset_pass::{RoleChildren, desired_pod, of_role, role_children};
-use crate::api::keys::{LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION};
+use crate::api::keys::{
+    LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
+};
 use crate::api::pod::CachedPod;
 use crate::api::{
     PodSet, RoleSet, RoleSetTemplateSpec, RoleSpec, StormService, StormServiceUpdateStrategyType,
@@ -264,5 +266,38 @@ fn roles_of(
             }
             fate
         })
+        .collect()
+}
+
+/// Pods of a plain-pod role on `target_hash` whose role-revision labels are not the
+/// RoleSet's per-role annotations (pods AIBrix labelled, adopted before the RoleSet moved to
+/// squall's revision; or a revision renumbered by a rollback): relabelled, nothing else.
+pub fn stale_revision_labels(
+    roleset: &RoleSet,
+    role: &RoleSpec,
+    children: &RoleChildren,
+    target_hash: &str,
+    pods: &[Arc<CachedPod>],
+) -> Vec<String> {
+    if children.gang {
+        return Vec::new();
+    }
+    let wanted = role_revision_labels(roleset, &role.name);
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    of_role(pods, &role.name)
+        .filter(|pod| {
+            pod.metadata.deletion_timestamp.is_none()
+                && pod
+                    .labels()
+                    .get(LABEL_ROLE_TEMPLATE_HASH)
+                    .map(String::as_str)
+                    == Some(target_hash)
+                && wanted
+                    .iter()
+                    .any(|(key, value)| pod.labels().get(key) != Some(value))
+        })
+        .map(ResourceExt::name_any)
         .collect()
 }

@@ -20,7 +20,7 @@ use crate::api::pod::CachedPod;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::adoption::adopt;
+use super::adoption::{adopt, stale_revision_labels};
 use super::budget::{Budget, resolve_fenceposts};
 use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
 use super::render::{
@@ -143,6 +143,8 @@ pub struct RoleWrites {
     /// Pods from another template hash that already are what the role would create: they
     /// get `target_hash` by a label patch (counted as updated by this pass).
     pub adopted: Vec<String>,
+    /// Pods on `target_hash` whose role-revision labels are not the RoleSet's: relabelled.
+    pub relabel: Vec<String>,
 }
 
 /// The pass, decided.
@@ -253,6 +255,12 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             input_pods,
             input_podsets,
         );
+        let target_hash = template_hash(&role.template.clone().unwrap_or_default());
+        let relabel: Vec<String> =
+            stale_revision_labels(roleset, role, &children, &target_hash, input_pods)
+                .into_iter()
+                .filter(|name| !adopted.contains(name))
+                .collect();
         pass.inputs.push(role_input(
             roleset,
             role,
@@ -261,7 +269,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             stable_hash,
             input_pods,
         ));
-        adoptions.push(adopted);
+        adoptions.push((adopted, relabel));
         stables.push(stable);
     }
 
@@ -290,7 +298,12 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         .zip(adoptions)
     {
         let writes = role_writes(roleset, role, input, stable.as_ref(), action, input_pods);
-        pass.roles.push(RoleWrites { adopted, ..writes });
+        let (adopted, relabel) = adopted;
+        pass.roles.push(RoleWrites {
+            adopted,
+            relabel,
+            ..writes
+        });
     }
 
     let retired = |labels: &BTreeMap<String, String>| {
@@ -436,6 +449,7 @@ fn role_writes(
         creates,
         in_place,
         adopted: Vec::new(),
+        relabel: Vec::new(),
     }
 }
 
