@@ -1,7 +1,12 @@
-//! Cut-over from AIBrix (run serially, each test with its own operator). While AIBrix's
-//! controller-manager holds its leader Lease, squall writes nothing to any object: it says so
-//! with an event on each and a gauge, and takes over within one lease period once the Lease
-//! expires; if AIBrix comes back, squall leaves everything to it again.
+//! Cut-over from AIBrix (run serially, each test with its own operator).
+//! - The guard: while AIBrix's controller-manager holds its leader Lease, squall writes
+//!   nothing to any object; it says so with an event on each and a gauge, takes over within
+//!   one lease period once the Lease expires, and steps aside again if AIBrix comes back.
+//! - Adoption: every `aibrix-live` scenario (objects exactly as AIBrix's controller left
+//!   them) is taken over with no pod restarted and no RoleSet replaced, under squall's own
+//!   revision and labels, then rolls normally within its budgets; a service whose spec
+//!   drifted while AIBrix was stopped rolls exactly the pods `squall adopt --dry-run`
+//!   predicted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
