@@ -301,3 +301,120 @@ pub fn stale_revision_labels(
         .map(ResourceExt::name_any)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::keys::LABEL_ROLE_TEMPLATE_HASH;
+    use crate::planner::render::stateless_pod;
+    use serde_json::json;
+
+    fn roleset(image: &str) -> RoleSet {
+        serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "rs-uid",
+                "labels": {"storm-service-name": "llm"}},
+            "spec": {"roles": [{"name": "decode", "replicas": 2,
+                "template": {"spec": {"containers": [{"name": "engine", "image": image}]}}}]}
+        }))
+        .unwrap()
+    }
+
+    /// A pod of `rs` as another controller made it from `image`: its own hash label, and
+    /// what the API server fills in.
+    fn alien_pod(rs: &RoleSet, name: &str, image: &str) -> Arc<CachedPod> {
+        let role = &roleset(image).spec.roles.unwrap()[0];
+        let mut pod = stateless_pod(rs, role, "aibrix-hash");
+        pod.metadata.name = Some(name.into());
+        pod.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_ROLE_TEMPLATE_HASH.into(), "7d9885".into());
+        let spec = pod.spec.as_mut().unwrap();
+        spec.restart_policy = Some("Always".into());
+        spec.node_name = Some("kwok-node-0".into());
+        spec.containers[0].image_pull_policy = Some("IfNotPresent".into());
+        Arc::new(CachedPod::from_pod(&pod))
+    }
+
+    #[test]
+    fn a_pod_that_already_is_the_template_is_adopted_and_counts_as_updated() {
+        let rs = roleset("engine:1");
+        let pods = vec![
+            alien_pod(&rs, "rs-decode-a", "engine:1"),
+            alien_pod(&rs, "rs-decode-b", "engine:0"),
+        ];
+        let role = &rs.spec.roles.as_ref().unwrap()[0];
+        let mut children = role_children(&rs, &pods, &[]).remove(0);
+        let adopted = adopt(&rs, role, &mut children, None, &pods, &[]);
+        assert_eq!(adopted, ["rs-decode-a"], "the other runs another image");
+        let target = template_hash(role.template.as_ref().unwrap());
+        let hashes: Vec<(&str, bool)> = children
+            .children
+            .iter()
+            .map(|v| (v.name.as_str(), v.hash == target))
+            .collect();
+        assert_eq!(hashes, [("rs-decode-a", true), ("rs-decode-b", false)]);
+    }
+
+    #[test]
+    fn pods_the_partition_keeps_on_the_stable_template_are_not_looked_at() {
+        let rs = roleset("engine:1");
+        let pods = vec![alien_pod(&rs, "rs-decode-a", "engine:1")];
+        let role = &rs.spec.roles.as_ref().unwrap()[0];
+        let mut children = role_children(&rs, &pods, &[]).remove(0);
+        assert!(adopt(&rs, role, &mut children, Some("7d9885"), &pods, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_prediction_keeps_rolesets_in_place_and_names_each_pods_fate() {
+        let mut service: StormService = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": "llm", "namespace": "ns", "uid": "ss-uid"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "llm"}},
+                "updateStrategy": {"type": "InPlaceUpdate"},
+                "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {"roles": [
+                    {"name": "decode", "replicas": 2, "template": {"spec": {"containers": [
+                        {"name": "engine", "image": "engine:1"}]}}}]}}}
+        }))
+        .unwrap();
+        let mut rs = roleset("engine:1");
+        rs.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_STORM_SERVICE_REVISION.into(), "llm-aibrix".into());
+        let owner = json!([{"apiVersion": "orchestration.aibrix.ai/v1alpha1",
+            "kind": "RoleSet", "name": "rs", "uid": "rs-uid", "controller": true}]);
+        let owned = |pod: Arc<CachedPod>| {
+            let mut pod = (*pod).clone();
+            pod.metadata.owner_references = serde_json::from_value(owner.clone()).unwrap();
+            Arc::new(pod)
+        };
+        let pods = vec![
+            owned(alien_pod(&rs, "rs-decode-a", "engine:1")),
+            owned(alien_pod(&rs, "rs-decode-b", "engine:0")),
+        ];
+        let plan = predict(&service, &[], &[rs.clone()], &pods, &[]);
+        assert_eq!(plan.revision, None, "no revision holds the template");
+        assert_eq!(
+            plan.rolesets,
+            [RoleSetFate {
+                name: "rs".into(),
+                kept: true,
+                roles: vec![RoleFate {
+                    role: "decode".into(),
+                    current: vec![],
+                    adopted: vec!["rs-decode-a".into()],
+                    replaced: vec!["rs-decode-b".into()],
+                }],
+            }]
+        );
+        // Replica mode replaces a RoleSet whose revision does not hold the template.
+        service.spec.update_strategy =
+            serde_json::from_value(json!({"type": "RollingUpdate"})).unwrap();
+        let plan = predict(&service, &[], &[rs], &pods, &[]);
+        assert!(!plan.rolesets[0].kept && plan.rolesets[0].roles.is_empty());
+    }
+}

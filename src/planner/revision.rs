@@ -325,6 +325,72 @@ mod tests {
         assert_eq!(one["spec"]["template"]["$patch"], "replace");
     }
 
+    /// A revision as AIBrix's controller writes it: the template with role replicas, Go's
+    /// `{}` for empty structs and `creationTimestamp: null`, named by a hash squall does not
+    /// reproduce.
+    fn aibrix_revision(number: i64, image: &str, volume: serde_json::Value) -> ControllerRevision {
+        ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some("llm-5b74cf".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(RawExtension(json!({"spec": {"template": {
+                "$patch": "replace",
+                "metadata": {"creationTimestamp": null},
+                "spec": {"roles": [{
+                    "name": "decode", "replicas": 3, "disruptionTolerance": {},
+                    "updateStrategy": {},
+                    "template": {"metadata": {"creationTimestamp": null}, "spec": {
+                        "containers": [{"name": "main", "image": image, "resources": {}}],
+                        "volumes": volume,
+                    }},
+                }]},
+            }}}))),
+            revision: number,
+        }
+    }
+
+    fn with_volume(volume: serde_json::Value) -> RoleSetTemplateSpec {
+        let mut template = template(1, "v1");
+        let role = &mut template.spec.as_mut().unwrap().roles.as_mut().unwrap()[0];
+        role.template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .volumes = serde_json::from_value(volume).unwrap();
+        template
+    }
+
+    #[test]
+    fn aibrixs_newest_revision_holding_the_template_is_taken_over_in_its_place() {
+        let no_volumes = json!([]);
+        let history = [aibrix_revision(4, "v1", no_volumes.clone())];
+        let wanted = with_volume(no_volumes);
+        assert!(!holds(&history[0], &wanted), "not byte for byte");
+        assert!(holds_as_read(&history[0], &wanted));
+        assert_eq!(
+            update_revision(&history, &wanted),
+            UpdateRevision::Adopt { revision: 4 }
+        );
+        // A template AIBrix's revision does not hold rolls as any change does.
+        assert_eq!(
+            update_revision(&history, &template(1, "v2")),
+            UpdateRevision::Create { revision: 5 }
+        );
+    }
+
+    #[test]
+    fn an_empty_dir_is_never_read_away_as_an_empty_struct() {
+        let scratch = json!([{"name": "scratch", "emptyDir": {}}]);
+        let revision = aibrix_revision(1, "v1", scratch.clone());
+        assert!(holds_as_read(&revision, &with_volume(scratch)));
+        // The same volume without a source is another template.
+        let sourceless = json!([{"name": "scratch"}]);
+        assert!(!holds_as_read(&revision, &with_volume(sourceless)));
+    }
+
     #[test]
     fn hashes_are_six_safe_characters_and_move_with_the_collision_count() {
         let data = revision_data(&template(1, "v1"));
