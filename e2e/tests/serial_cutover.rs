@@ -25,7 +25,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use squall::api::{RoleSet, StormService};
+use squall::api::{PodSet, RoleSet, StormService};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// The fake AIBrix's lease period (AIBrix's default is 15 s; shorter keeps the test short).
@@ -618,18 +618,97 @@ async fn a_replica_mode_service_aibrix_left_is_adopted_without_restarting_a_pod(
     drop(t.operator);
 }
 
-/// The other scenarios AIBrix left — multi-node roles (PodSets), and a service AIBrix had
-/// rolled once (two revisions, prefill's pods still on the first) — are taken over without
-/// restarting a pod.
+/// A service AIBrix had rolled once (two revisions, prefill's pods still labelled with the
+/// first) is taken over without restarting a pod; then a change of prefill's image replaces
+/// the RoleSets within the StormService's budgets at every observed state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane (make test)"]
-async fn podset_and_rolled_scenarios_aibrix_left_are_adopted_without_restarting_a_pod() {
-    for scenario in ["rolled", "podset-mode"] {
-        let Some(t) = take_over(scenario).await else {
-            return;
-        };
-        drop(t.operator);
-    }
+async fn a_service_aibrix_had_rolled_is_adopted_without_restarting_a_pod() {
+    let Some(t) = take_over("rolled").await else {
+        return;
+    };
+    let api: Api<StormService> = Api::namespaced(t.client.clone(), t.ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(t.client.clone(), t.ns.name());
+    let old: Vec<String> = live_rolesets(&rolesets)
+        .await
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    let roll = t.rolesets.events().len();
+    set_role_image(&api, &t.name, 0, "bench/prefill:2").await;
+    wait_for(
+        &api,
+        &t.name,
+        "Ready after the prefill change",
+        TIMEOUT,
+        settled_again,
+    )
+    .await
+    .unwrap();
+    t.rolesets.catch_up(&rolesets).await;
+    e2e::roles::replay(&t.rolesets.events(), roll, |i, state| {
+        e2e::roles::assert_roleset_budgets(i, state, 3, 1)
+    });
+    let now: Vec<String> = live_rolesets(&rolesets)
+        .await
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    assert!(
+        now.len() == 2 && now.iter().all(|n| !old.contains(n)),
+        "every RoleSet replaced: {old:?} -> {now:?}"
+    );
+    drop(t.operator);
+}
+
+/// A service with a multi-node role (2 PodSets of 2 pods) is taken over without restarting
+/// a pod; then a change of the router's image replaces its one RoleSet (replica mode) within
+/// the StormService's budgets at every observed state — at most one RoleSet more — gangs
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_podset_mode_service_aibrix_left_is_adopted_without_restarting_a_pod() {
+    let Some(t) = take_over("podset-mode").await else {
+        return;
+    };
+    let api: Api<StormService> = Api::namespaced(t.client.clone(), t.ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(t.client.clone(), t.ns.name());
+    let podsets: Api<PodSet> = Api::namespaced(t.client.clone(), t.ns.name());
+    let pods: Api<Pod> = Api::namespaced(t.client.clone(), t.ns.name());
+    let roll = t.rolesets.events().len();
+    set_role_image(&api, &t.name, 0, "bench/router:2").await;
+    wait_for(
+        &api,
+        &t.name,
+        "Ready after the router change",
+        TIMEOUT,
+        settled_again,
+    )
+    .await
+    .unwrap();
+    t.rolesets.catch_up(&rolesets).await;
+    e2e::roles::replay(&t.rolesets.events(), roll, |i, state| {
+        e2e::roles::assert_roleset_budgets(i, state, 2, 0)
+    });
+    let gangs = podsets.list(&Default::default()).await.unwrap().items;
+    let live: Vec<&PodSet> = gangs
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(live.len(), 2, "two gangs");
+    assert!(
+        live.iter()
+            .all(|p| p.status.as_ref().is_some_and(|s| s.ready_pods == 2)),
+        "every gang whole and Ready"
+    );
+    let after = pods.list(&Default::default()).await.unwrap().items;
+    assert!(
+        after
+            .iter()
+            .all(|p| t.before.get(&p.name_any()) != p.uid().as_ref()),
+        "the RoleSet was replaced with every pod"
+    );
+    drop(t.operator);
 }
 
 /// AIBrix's pooled-mode service whose decode image was changed while AIBrix was stopped:
