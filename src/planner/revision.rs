@@ -244,10 +244,15 @@ pub fn update_revision(
             index,
             revision: next,
         },
-        None => match history.len().checked_sub(1) {
-            Some(newest) if holds_as_read(&history[newest], template) => UpdateRevision::Adopt {
-                revision: history[newest].revision,
-            },
+        None => match history.last() {
+            // Another controller's: its name is not squall's hash of its data.
+            Some(newest)
+                if collision_count_of(newest).is_none() && holds_as_read(newest, template) =>
+            {
+                UpdateRevision::Adopt {
+                    revision: newest.revision,
+                }
+            }
             _ => UpdateRevision::Create { revision: next },
         },
     }
@@ -378,6 +383,29 @@ mod tests {
         assert_eq!(
             update_revision(&history, &template(1, "v2")),
             UpdateRevision::Create { revision: 5 }
+        );
+    }
+
+    #[test]
+    fn squalls_own_revisions_are_never_taken_over() {
+        // A template that differs from squall's newest revision only by an empty struct is
+        // a new revision, never a second one under the same number.
+        let data = revision_data(&template(1, "v1"));
+        let ours = ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(revision_name("llm", &revision_hash(&data, 0))),
+                ..ObjectMeta::default()
+            },
+            data: Some(RawExtension(data)),
+            revision: 2,
+        };
+        let mut with_empty = template(1, "v1");
+        with_empty.spec.as_mut().unwrap().roles.as_mut().unwrap()[0].disruption_tolerance =
+            Some(Default::default());
+        assert!(holds_as_read(&ours, &with_empty));
+        assert_eq!(
+            update_revision(&[ours], &with_empty),
+            UpdateRevision::Create { revision: 3 }
         );
     }
 
