@@ -460,7 +460,9 @@ impl Context {
         });
     }
 
-    /// Records a delete.
+    /// Records a delete the API server accepted. Recorded after the request: a delete that
+    /// failed (the API server restarting) is sent again by the next pass, not awaited for
+    /// [`EXPECTATION_TIMEOUT`].
     pub fn expect_delete(&self, owner: &str, role: &str, name: &str) {
         self.touch(owner, role, |e| {
             e.deletes.insert(name.to_string());
@@ -867,8 +869,8 @@ where
         .iter()
         .filter(|(name, terminating)| !terminating && !pending.deletes.contains(name))
     {
-        ctx.expect_delete(&key, &role, name);
         delete_child(&api, name, ctx, controller, resource).await?;
+        ctx.expect_delete(&key, &role, name);
     }
     Ok(())
 }
@@ -1066,6 +1068,41 @@ async fn run_scope(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client whose every request fails, as while the API server restarts.
+    fn unreachable() -> Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, _>(std::io::Error::other(
+                "connection refused",
+            ))
+        });
+        Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn a_delete_that_failed_is_sent_again_by_the_next_pass() {
+        let metrics = Arc::new(Metrics::default());
+        let client = unreachable();
+        let (caches, _never_run) = Caches::new(&client, Some("ns"), &metrics);
+        let ctx = Context::new(client, caches, metrics);
+        let owner: RoleSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "rs", "namespace": "ns", "uid": "rs-uid"}, "spec": {}
+        }))
+        .unwrap();
+        let children = vec![("rs-decode-a".to_string(), false)];
+        let sent = delete_remaining::<k8s_openapi::api::core::v1::Pod>(
+            &ctx, &owner, &children, "roleset", "pods",
+        )
+        .await;
+        assert!(sent.is_err(), "the request failed");
+        let pending = ctx.observe("rs-uid", "cleanup/pods", children);
+        assert!(
+            pending.deletes.is_empty(),
+            "a failed delete is not awaited: {:?}",
+            pending.deletes
+        );
+    }
 
     #[test]
     fn a_waiting_cleanup_is_told_apart_inside_the_finalizer_wrapper() {

@@ -169,12 +169,12 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         adopt_pods(roleset, role, &pods_api, ctx).await?;
         update_in_place(roleset, role, &pods, &pods_api, ctx).await?;
         for name in &role.action.delete {
-            ctx.expect_delete(&key, &role.role, name);
             if role.gang {
                 delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
             } else {
                 delete_pod(&pods_api, name, ctx).await?;
             }
+            ctx.expect_delete(&key, &role.role, name);
         }
         for create in &role.creates {
             let created = match &create.child {

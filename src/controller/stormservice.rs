@@ -169,8 +169,8 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
 
     let api = rolesets_api(service, ctx);
     for name in &action.delete {
-        ctx.expect_delete(&key, ROLESETS, name);
         delete_child(&api, name, ctx, "stormservice", "rolesets").await?;
+        ctx.expect_delete(&key, ROLESETS, name);
     }
     // A RoleSet create the API server refused: reported as ReplicaFailure (FailedCreate)
     // and retried with backoff.
