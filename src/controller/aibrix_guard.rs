@@ -164,7 +164,7 @@ async fn watch_lease(
                     .try_into()
                     .unwrap_or(Duration::ZERO)
                     .max(Duration::from_millis(200));
-                state.send_replace(Some(Holder { identity, until }));
+                publish(&state, Some(Holder { identity, until }));
                 wait
             }
             Ok(None) => {
@@ -172,7 +172,7 @@ async fn watch_lease(
                     tracing::info!(%lease, "AIBrix's Lease is free: squall reconciles");
                 }
                 metrics.set_aibrix_controller_active(false);
-                state.send_replace(None);
+                publish(&state, None);
                 FREE_POLL
             }
             Err(error) => {
@@ -184,9 +184,47 @@ async fn watch_lease(
     }
 }
 
+/// Tells the controllers only what changed: every change of a free Lease's state would
+/// reconcile every object (`released`), and a free Lease is read every 2 s.
+fn publish(state: &watch::Sender<Option<Holder>>, now: Option<Holder>) {
+    state.send_if_modified(|current| {
+        let changed = *current != now;
+        *current = now;
+        changed
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_lease_read_free_again_reconciles_nothing_more() {
+        let (tx, rx) = watch::channel(Some(Holder {
+            identity: "aibrix-0".into(),
+            until: Timestamp::MAX,
+        }));
+        let guard = AibrixGuard {
+            lease: AibrixLease::parse(AibrixLease::DEFAULT).unwrap().unwrap(),
+            state: rx,
+        };
+        let released = guard.released();
+        futures::pin_mut!(released);
+        publish(&tx, None);
+        assert_eq!(
+            futures::StreamExt::next(&mut released).await,
+            Some(()),
+            "freed: reconcile all"
+        );
+        // Read free again and again: nothing to tell.
+        publish(&tx, None);
+        publish(&tx, None);
+        let next = futures::StreamExt::next(&mut released);
+        assert!(
+            futures::FutureExt::now_or_never(next).is_none(),
+            "no second reconcile-all for a Lease that stayed free"
+        );
+    }
 
     #[test]
     fn the_lease_is_named_namespace_slash_name_or_none() {
