@@ -2,8 +2,6 @@
 //! that only adds what is absent and never rewrites a field the user set. The controllers treat an
 //! absent value exactly as its default, so behaviour never depends on the webhook.
 
-use std::fmt;
-
 use serde_json::Value;
 
 use super::limits::MAX_CANARY_STEPS;
@@ -48,23 +46,27 @@ impl PatchWriter {
         }
     }
 
-    /// Adds `value` (JSON text) at `path` (a pointer of plain keys and indexes).
-    fn add(&mut self, path: fmt::Arguments<'_>, value: fmt::Arguments<'_>) {
-        use std::io::Write;
+    /// Adds the JSON text `value` (written in pieces) at the pointer `path` (pieces of plain
+    /// keys and indexes, joined): copied in as bytes, with no formatting machinery.
+    fn add<'p>(&mut self, path: impl IntoIterator<Item = &'p str>, value: &[&str]) {
         self.bytes
             .push(if self.operations == 0 { b'[' } else { b',' });
-        write!(
-            self.bytes,
-            r#"{{"op":"add","path":"{path}","value":{value}}}"#
-        )
-        .expect("writing to a Vec cannot fail");
+        self.bytes.extend_from_slice(br#"{"op":"add","path":""#);
+        for piece in path {
+            self.bytes.extend_from_slice(piece.as_bytes());
+        }
+        self.bytes.extend_from_slice(br#"","value":"#);
+        for piece in value {
+            self.bytes.extend_from_slice(piece.as_bytes());
+        }
+        self.bytes.push(b'}');
         self.operations += 1;
     }
 
     /// Adds an [`Addition`].
     pub fn push(&mut self, addition: &Addition) {
         let value = serde_json::to_string(&addition.value).expect("a JSON value serializes");
-        self.add(format_args!("{}", addition.path), format_args!("{value}"));
+        self.add([addition.path.as_str()], &[&value]);
     }
 
     /// How many operations it holds.
@@ -108,6 +110,15 @@ pub fn write_defaults(
     let Some(view) = View::parse_once(kind, json) else {
         return Err(read_error(kind, json));
     };
+    write_view_defaults(&view, patch)
+}
+
+/// [`write_defaults`] of an object already read as a view: the first list bound it exceeds,
+/// or the defaults and warnings.
+pub fn write_view_defaults(
+    view: &View<'_>,
+    patch: &mut PatchWriter,
+) -> Result<Vec<String>, FieldError> {
     view.bounds()?;
     let mut warnings = Vec::new();
     match &view.spec {
@@ -136,40 +147,35 @@ fn default_stormservice(
     patch: &mut PatchWriter,
     warnings: &mut Vec<String>,
 ) {
+    let mut number = itoa::Buffer::new();
     if spec.replicas.is_none() {
-        patch.add(
-            format_args!("/spec/replicas"),
-            format_args!("{DEFAULT_REPLICAS}"),
-        );
+        patch.add(["/spec/replicas"], &[number.format(DEFAULT_REPLICAS)]);
     }
     if spec.revision_history_limit.is_none() {
         patch.add(
-            format_args!("/spec/revisionHistoryLimit"),
-            format_args!("{DEFAULT_REVISION_HISTORY_LIMIT}"),
+            ["/spec/revisionHistoryLimit"],
+            &[number.format(DEFAULT_REVISION_HISTORY_LIMIT)],
         );
     }
     if spec.progress_deadline_seconds.is_none() {
         patch.add(
-            format_args!("/spec/progressDeadlineSeconds"),
-            format_args!("{DEFAULT_PROGRESS_DEADLINE_SECONDS}"),
+            ["/spec/progressDeadlineSeconds"],
+            &[number.format(DEFAULT_PROGRESS_DEADLINE_SECONDS)],
         );
     }
     match &spec.update_strategy {
         None => patch.add(
-            format_args!("/spec/updateStrategy"),
-            format_args!(r#"{{"type":"RollingUpdate",{BUDGET_DEFAULTS}}}"#),
+            ["/spec/updateStrategy"],
+            &[r#"{"type":"RollingUpdate","#, BUDGET_DEFAULTS, "}"],
         ),
         Some(strategy) => {
             if strategy.type_.is_none() {
-                patch.add(
-                    format_args!("/spec/updateStrategy/type"),
-                    format_args!(r#""RollingUpdate""#),
-                );
+                patch.add(["/spec/updateStrategy/type"], &[r#""RollingUpdate""#]);
             }
             if strategy.type_.unwrap_or_default() == StormServiceUpdateStrategyType::RollingUpdate {
                 default_budgets(
                     strategy.max_surge.is_none() && strategy.max_unavailable.is_none(),
-                    format_args!("/spec/updateStrategy"),
+                    &["/spec/updateStrategy"],
                     patch,
                 );
             }
@@ -177,8 +183,8 @@ fn default_stormservice(
                 && needs_full_weight_step(steps)
             {
                 patch.add(
-                    format_args!("/spec/updateStrategy/canary/steps/-"),
-                    format_args!(r#"{{"setWeight":100}}"#),
+                    ["/spec/updateStrategy/canary/steps/-"],
+                    &[r#"{"setWeight":100}"#],
                 );
             }
         }
@@ -207,44 +213,35 @@ fn default_roleset_spec(
     warnings: &mut Vec<String>,
 ) {
     if spec.update_strategy.is_none() {
-        patch.add(
-            format_args!("{path}/updateStrategy"),
-            format_args!(r#""Sequential""#),
-        );
+        patch.add([path, "/updateStrategy"], &[r#""Sequential""#]);
     }
     let roles = spec.roles.as_deref().unwrap_or_default();
     let without_order = roles.iter().filter(|r| r.upgrade_order.is_none()).count();
     if without_order > 0 && without_order < roles.len() {
         warnings.push(mixed_upgrade_order_warning(field));
     }
+    let (mut index, mut number) = (itoa::Buffer::new(), itoa::Buffer::new());
     for (i, role) in roles.iter().enumerate() {
+        let role_path = [path, "/roles/", index.format(i)];
+        let at = |field| role_path.into_iter().chain([field]);
         if role.replicas.is_none() {
-            patch.add(
-                format_args!("{path}/roles/{i}/replicas"),
-                format_args!("{DEFAULT_REPLICAS}"),
-            );
+            patch.add(at("/replicas"), &[number.format(DEFAULT_REPLICAS)]);
         }
         if role.upgrade_order.is_none() {
-            patch.add(
-                format_args!("{path}/roles/{i}/upgradeOrder"),
-                format_args!("0"),
-            );
+            patch.add(at("/upgradeOrder"), &["0"]);
         }
         match &role.update_strategy {
             None => patch.add(
-                format_args!("{path}/roles/{i}/updateStrategy"),
-                format_args!(r#"{{"type":"Recreate",{BUDGET_DEFAULTS}}}"#),
+                at("/updateStrategy"),
+                &[r#"{"type":"Recreate","#, BUDGET_DEFAULTS, "}"],
             ),
             Some(strategy) => {
                 if strategy.type_.is_none() {
-                    patch.add(
-                        format_args!("{path}/roles/{i}/updateStrategy/type"),
-                        format_args!(r#""Recreate""#),
-                    );
+                    patch.add(at("/updateStrategy/type"), &[r#""Recreate""#]);
                 }
                 default_budgets(
                     strategy.max_surge.is_none() && strategy.max_unavailable.is_none(),
-                    format_args!("{path}/roles/{i}/updateStrategy"),
+                    &[path, "/roles/", role_path[2], "/updateStrategy"],
                     patch,
                 );
             }
@@ -252,11 +249,13 @@ fn default_roleset_spec(
     }
 }
 
-/// `maxUnavailable: 1`, `maxSurge: 0` under `strategy`, only when both are absent.
-fn default_budgets(both_absent: bool, strategy: fmt::Arguments<'_>, patch: &mut PatchWriter) {
+/// `maxUnavailable: 1`, `maxSurge: 0` under the pointer `strategy` (in pieces), only when
+/// both are absent.
+fn default_budgets(both_absent: bool, strategy: &[&str], patch: &mut PatchWriter) {
     if both_absent {
-        patch.add(format_args!("{strategy}/maxUnavailable"), format_args!("1"));
-        patch.add(format_args!("{strategy}/maxSurge"), format_args!("0"));
+        let at = |field| strategy.iter().copied().chain([field]);
+        patch.add(at("/maxUnavailable"), &["1"]);
+        patch.add(at("/maxSurge"), &["0"]);
     }
 }
 

@@ -304,9 +304,15 @@ pub fn validate_json(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
     } else {
         View::parse_once(kind, new)
     };
-    let Some(view) = view else {
-        return unreadable(kind, new, old);
-    };
+    match view {
+        Some(view) => validate_view(kind, &view, old),
+        None => unreadable(kind, new, old),
+    }
+}
+
+/// [`validate_json`] of an object already read as a view ([`View::parse`] when `old`, the
+/// stored object's JSON, is given; [`View::parse_once`] or [`View::parse`] when not).
+pub fn validate_view(kind: OwnedKind, view: &View<'_>, old: Option<&str>) -> Report {
     let old_view = old.and_then(|old| View::parse(kind, old));
     if let Err(error) = view.bounds() {
         let mut report = Report::from_error(error);
@@ -327,14 +333,14 @@ pub fn validate_json(kind: OwnedKind, new: &str, old: Option<&str>) -> Report {
                 Spec::StormService(old_spec) => Some((o, old_spec)),
                 Spec::RoleSet(_) => None,
             });
-            validate_stormservice_view(&view, spec, old)
+            validate_stormservice_view(view, spec, old)
         }
         Spec::RoleSet(spec) => {
             let old = old_view.as_ref().and_then(|o| match &o.spec {
                 Spec::RoleSet(old_spec) => Some((o, old_spec)),
                 Spec::StormService(_) => None,
             });
-            validate_roleset_view(&view, spec, old)
+            validate_roleset_view(view, spec, old)
         }
     }
 }
@@ -408,29 +414,46 @@ impl<'a> View<'a> {
     /// The view of `json` as `kind` (a StormService or a RoleSet), read in one pass, without
     /// the spec's JSON (what a create needs); `None` when it does not parse (or is a PodSet).
     pub fn parse_once(kind: OwnedKind, json: &'a str) -> Option<Self> {
-        let (metadata, spec) = match kind {
-            OwnedKind::StormService => {
-                let object: StormServiceView<'a> = serde_json::from_str(json).ok()?;
-                (object.metadata, Spec::StormService(object.spec?))
-            }
-            OwnedKind::RoleSet => {
-                let object: RoleSetView<'a> = serde_json::from_str(json).ok()?;
-                (object.metadata, Spec::RoleSet(object.spec?))
-            }
-            OwnedKind::PodSet => return None,
-        };
+        match kind {
+            OwnedKind::StormService => Self::of_stormservice(serde_json::from_str(json).ok()?),
+            OwnedKind::RoleSet => Self::of_roleset(serde_json::from_str(json).ok()?),
+            OwnedKind::PodSet => None,
+        }
+    }
+
+    /// The view of a StormService read in one pass; `None` without a spec.
+    pub fn of_stormservice(object: StormServiceView<'a>) -> Option<Self> {
+        Some(Self::without_json(
+            object.metadata,
+            Spec::StormService(object.spec?),
+        ))
+    }
+
+    /// The view of a RoleSet read in one pass; `None` without a spec.
+    pub fn of_roleset(object: RoleSetView<'a>) -> Option<Self> {
+        Some(Self::without_json(
+            object.metadata,
+            Spec::RoleSet(object.spec?),
+        ))
+    }
+
+    fn without_json(metadata: MetaView<'a>, spec: Spec<'a>) -> Self {
         let object = ObjectView {
             metadata,
             spec: None,
             status: None,
         };
-        Some(Self { object, spec })
+        Self { object, spec }
     }
 
     /// The view of `json` as `kind` with the spec's and status's JSON kept, for comparing
     /// specs on an update (two passes over the spec); `None` when it does not parse.
     pub fn parse(kind: OwnedKind, json: &'a str) -> Option<Self> {
-        let object: ObjectView<'a> = serde_json::from_str(json).ok()?;
+        Self::of_object(kind, serde_json::from_str(json).ok()?)
+    }
+
+    /// The view of an object whose spec is still JSON, as `kind` ([`View::parse`]).
+    pub fn of_object(kind: OwnedKind, object: ObjectView<'a>) -> Option<Self> {
         let spec = object.spec?.get();
         let spec = match kind {
             OwnedKind::StormService => Spec::StormService(serde_json::from_str(spec).ok()?),

@@ -7,15 +7,18 @@ pub mod config;
 mod oracle;
 pub mod sidecar;
 
+use std::sync::LazyLock;
+
 use kube::core::admission::Operation;
+use memchr::memmem;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::api::GROUP;
-use crate::api::defaults::{PatchWriter, write_defaults};
-use crate::api::validation::{FieldError, OwnedKind, validate_json};
+use crate::api::defaults::{PatchWriter, write_defaults, write_view_defaults};
+use crate::api::validation::{FieldError, OwnedKind, Report, View, validate_json, validate_view};
 use crate::api::view::Str;
 
 /// One admission webhook.
@@ -172,8 +175,7 @@ impl Decision {
     /// The AdmissionReview answering the request `uid`, written straight into bytes: the
     /// patch base64-encoded, as the API server reads `[]byte`.
     fn render(&self, uid: &str) -> Vec<u8> {
-        use base64::Engine;
-        let patch_len = self.patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
+        let patch_len = self.patch.as_ref().map_or(0, |p| base64_len(p.len()));
         let mut out = Vec::with_capacity(160 + uid.len() + patch_len);
         out.extend_from_slice(
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
@@ -193,12 +195,7 @@ impl Decision {
         }
         if let Some(patch) = &self.patch {
             out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
-            let start = out.len();
-            out.resize(start + patch_len, 0);
-            let written = base64::engine::general_purpose::STANDARD
-                .encode_slice(patch, &mut out[start..])
-                .expect("sized for the encoding");
-            out.truncate(start + written);
+            write_base64(&mut out, patch);
             out.push(b'"');
         }
         if !self.warnings.is_empty() {
@@ -207,6 +204,45 @@ impl Decision {
         }
         out.extend_from_slice(b"}}");
         out
+    }
+}
+
+/// Length of `bytes` bytes base64-encoded (padded).
+fn base64_len(bytes: usize) -> usize {
+    bytes.div_ceil(3) * 4
+}
+
+/// Appends `bytes` base64-encoded (standard alphabet, padded), the API server's wire format
+/// for `[]byte`: every three bytes are two 12-bit halves, each looked up as two characters.
+fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    /// The two characters of every 12-bit value (8 KiB).
+    static PAIRS: [[u8; 2]; 4096] = {
+        let mut pairs = [[0; 2]; 4096];
+        let mut n = 0;
+        while n < 4096 {
+            pairs[n] = [ALPHABET[n >> 6], ALPHABET[n & 63]];
+            n += 1;
+        }
+        pairs
+    };
+    let start = out.len();
+    out.resize(start + base64_len(bytes.len()), b'=');
+    let mut chunks = bytes.chunks_exact(3);
+    let mut quads = out[start..].chunks_exact_mut(4);
+    for (chunk, quad) in (&mut chunks).zip(&mut quads) {
+        let n = usize::from(chunk[0]) << 16 | usize::from(chunk[1]) << 8 | usize::from(chunk[2]);
+        quad[..2].copy_from_slice(&PAIRS[n >> 12]);
+        quad[2..].copy_from_slice(&PAIRS[n & 0xfff]);
+    }
+    if let Some(quad) = quads.next() {
+        // One or two bytes left: their two or three characters; the '=' padding is there.
+        let rest = chunks.remainder();
+        let n = usize::from(rest[0]) << 16 | rest.get(1).map_or(0, |b| usize::from(*b) << 8);
+        quad[..2].copy_from_slice(&PAIRS[n >> 12]);
+        if rest.len() == 2 {
+            quad[2] = PAIRS[n & 0xfff][0];
+        }
     }
 }
 
@@ -219,20 +255,23 @@ fn write_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
 /// left as JSON for the rules to read. What kube's `AdmissionReview` requires is required
 /// here too (so the pinned bad requests stay bad requests); what is inside `userInfo`, which
 /// no decision reads, is not checked.
+///
+/// `O` is how the object is read: as JSON ([`ObjectJson`], the general path), or straight
+/// into the rules' view in the same pass ([`review_in_one_pass`]).
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewView<'a> {
+#[serde(rename_all = "camelCase", bound(deserialize = "O: Deserialize<'de>"))]
+struct ReviewView<'a, O> {
     #[serde(borrow)]
     api_version: Str<'a>,
     #[serde(borrow)]
     kind: Str<'a>,
     #[serde(borrow, default)]
-    request: Option<RequestView<'a>>,
+    request: Option<RequestView<'a, O>>,
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestView<'a> {
+#[serde(rename_all = "camelCase", bound(deserialize = "O: Deserialize<'de>"))]
+struct RequestView<'a, O> {
     #[serde(borrow)]
     uid: Str<'a>,
     #[serde(borrow)]
@@ -249,8 +288,8 @@ struct RequestView<'a> {
     operation: Operation,
     #[allow(dead_code)]
     user_info: IgnoredAny,
-    #[serde(borrow, default)]
-    object: Option<ObjectJson<'a>>,
+    #[serde(default)]
+    object: Option<O>,
     #[serde(borrow, default)]
     old_object: Option<ObjectJson<'a>>,
     #[allow(dead_code)]
@@ -296,9 +335,40 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectJson<'a> {
     }
 }
 
+/// `T` read only from a JSON object, as [`ObjectJson`] requires (serde also reads a struct
+/// from an array).
+struct MapOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MapVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for MapVisitor<T> {
+            type Value = MapOnly<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(MapOnly)
+            }
+        }
+        deserializer.deserialize_map(MapVisitor(std::marker::PhantomData))
+    }
+}
+
 /// Answers one AdmissionReview body for `hook`.
 pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
-    let review: ReviewView<'_> =
+    review_in_one_pass(hook, body).map_or_else(|| review_in_general(hook, body), Ok)
+}
+
+/// [`review`] of any body: the review read first with its objects as JSON, which are then
+/// read for the rules.
+fn review_in_general(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
+    let review: ReviewView<'_, ObjectJson<'_>> =
         serde_json::from_slice(body).map_err(|e| BadRequest::NotAdmissionReview(e.to_string()))?;
     if review.kind != "AdmissionReview" || review.api_version != "admission.k8s.io/v1" {
         return Err(BadRequest::NotAdmissionReview(format!(
@@ -307,23 +377,114 @@ pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
         )));
     }
     let request = review.request.ok_or(BadRequest::NoRequest)?;
-    let mut decision = decide(hook, &request);
+    Ok(answer(
+        hook,
+        body.len(),
+        decide(hook, &request),
+        &request.uid,
+    ))
+}
+
+/// The review of an ordinary create or update of the webhook's kind, read in one pass: the
+/// object straight into the rules' view, never held as JSON first. `None` for anything else
+/// — another kind or operation, an object the view cannot read or over the list bounds, the
+/// runtime-sidecar annotation — which the general path of [`review`] answers; where this
+/// answers, it answers as that path would (the pinned admission answers and a property test
+/// hold both to it).
+fn review_in_one_pass(hook: Hook, body: &[u8]) -> Option<Answer> {
+    use crate::api::view::{ObjectView, RoleSetView, StormServiceView};
+    /// The sidecar annotation's name without its '/', which JSON may write escaped.
+    static SIDECAR: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new("sidecar-injection"));
+    // Checked once here, so that no string the view borrows is checked again.
+    let body = std::str::from_utf8(body).ok()?;
+    let kind = hook.owned_kind();
+    if hook.is_mutating() {
+        // Sidecar injection reads the object whole.
+        if kind == OwnedKind::StormService && SIDECAR.find(body.as_bytes()).is_some() {
+            return None;
+        }
+    } else if names_stored_object(body.as_bytes()) {
+        // An update: the rules compare the spec's JSON with the stored object's.
+        return in_one_pass(hook, body, |o: MapOnly<ObjectView<'_>>| {
+            View::of_object(kind, o.0)
+        });
+    }
+    match kind {
+        OwnedKind::StormService => in_one_pass(hook, body, |o: MapOnly<StormServiceView<'_>>| {
+            View::of_stormservice(o.0)
+        }),
+        OwnedKind::RoleSet => in_one_pass(hook, body, |o: MapOnly<RoleSetView<'_>>| {
+            View::of_roleset(o.0)
+        }),
+        OwnedKind::PodSet => None,
+    }
+}
+
+/// [`review_in_one_pass`] with the object read as `O` and made a view by `view`.
+fn in_one_pass<'a, O: Deserialize<'a>>(
+    hook: Hook,
+    body: &'a str,
+    view: impl FnOnce(O) -> Option<View<'a>>,
+) -> Option<Answer> {
+    let review: ReviewView<'a, O> = serde_json::from_str(body).ok()?;
+    if review.kind != "AdmissionReview" || review.api_version != "admission.k8s.io/v1" {
+        return None;
+    }
+    let mut request = review.request?;
+    if !matches!(request.operation, Operation::Create | Operation::Update)
+        || request.kind.group != GROUP
+        || request.kind.kind != hook.kind()
+    {
+        return None;
+    }
+    let view = view(request.object.take()?)?;
+    let decision = if hook.is_mutating() {
+        let mut patch = PatchWriter::with_capacity(body.len());
+        let warnings = write_view_defaults(&view, &mut patch).ok()?;
+        Decision::from(Mutation::of(patch, warnings))
+    } else {
+        let old = request.old_object.as_ref().map(|o| o.0.get());
+        if old.is_some() && view.object.spec.is_none() {
+            return None; // read without the spec's JSON, which an update compares
+        }
+        Decision::from(validate_view(hook.owned_kind(), &view, old))
+    };
+    Some(answer(hook, body.len(), decision, &request.uid))
+}
+
+/// Whether the body has an `oldObject` that is a JSON object: which one-pass reading to try
+/// for validation (a wrong guess only sends the review down the general path).
+fn names_stored_object(body: &[u8]) -> bool {
+    const KEY: &str = r#""oldObject""#;
+    static FINDER: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(KEY));
+    FINDER.find_iter(body).any(|at| {
+        let mut rest = body[at + KEY.len()..].trim_ascii_start();
+        if rest.first() != Some(&b':') {
+            return false;
+        }
+        rest = rest[1..].trim_ascii_start();
+        rest.first() == Some(&b'{')
+    })
+}
+
+/// The answer to a decided review of `request_bytes`, to the request `uid`.
+fn answer(hook: Hook, request_bytes: usize, mut decision: Decision, uid: &str) -> Answer {
     let patch_bytes = decision.patch.as_ref().map_or(0, Vec::len);
-    if patch_bytes > body.len() + PATCH_HEADROOM {
+    if patch_bytes > request_bytes + PATCH_HEADROOM {
         // Defaulting adds a few fields per role and the bounded lists keep it small; this
         // is the backstop that keeps a response from outgrowing its request.
         tracing::warn!(
             webhook = hook.name(),
             patch_bytes,
-            request_bytes = body.len(),
+            request_bytes,
             "patch too large; denied"
         );
         decision = Decision {
             denial: Some(Denial {
                 message: format!(
                     "the defaults for this object make a patch of {patch_bytes} bytes, more than \
-                     the request's {} bytes plus {} KiB",
-                    body.len(),
+                     the request's {request_bytes} bytes plus {} KiB",
                     PATCH_HEADROOM >> 10
                 ),
                 invalid: false,
@@ -331,17 +492,17 @@ pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
             ..Decision::default()
         };
     }
-    Ok(Answer {
-        json: decision.render(&request.uid),
+    Answer {
+        json: decision.render(uid),
         verdict: decision.verdict(),
-    })
+    }
 }
 
 /// How much larger than its request a mutating webhook's patch may be: the runtime sidecar
 /// and the defaults of a full role list fit with room to spare.
 pub const PATCH_HEADROOM: usize = 64 << 10;
 
-fn decide(hook: Hook, req: &RequestView<'_>) -> Decision {
+fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::default();
     }
@@ -366,11 +527,7 @@ fn decide(hook: Hook, req: &RequestView<'_>) -> Decision {
     let kind = hook.owned_kind();
     if hook.is_mutating() {
         match mutate(kind, object.0.get()) {
-            Ok(mutation) if mutation.operations == 0 => Decision::allowed(mutation.warnings),
-            Ok(mutation) => Decision {
-                patch: Some(mutation.patch),
-                ..Decision::allowed(mutation.warnings)
-            },
+            Ok(mutation) => Decision::from(mutation),
             Err(error) => {
                 // The API server's schema validation reports the real problem.
                 tracing::info!(webhook = hook.name(), %error, "object does not parse; allowed without defaults");
@@ -379,7 +536,21 @@ fn decide(hook: Hook, req: &RequestView<'_>) -> Decision {
         }
     } else {
         let old = req.old_object.as_ref().map(|o| o.0.get());
-        let report = validate_json(kind, object.0.get(), old);
+        Decision::from(validate_json(kind, object.0.get(), old))
+    }
+}
+
+impl From<Mutation> for Decision {
+    fn from(mutation: Mutation) -> Self {
+        Decision {
+            patch: (mutation.operations > 0).then_some(mutation.patch),
+            ..Decision::allowed(mutation.warnings)
+        }
+    }
+}
+
+impl From<Report> for Decision {
+    fn from(report: Report) -> Self {
         let denial = (!report.is_valid()).then(|| Denial {
             message: report.error_message(),
             invalid: true,
@@ -419,11 +590,17 @@ pub fn mutate(kind: OwnedKind, json: &str) -> Result<Mutation, FieldError> {
         }
         warnings.extend(warning);
     }
-    Ok(Mutation {
-        operations: patch.operations(),
-        patch: patch.into_bytes(),
-        warnings,
-    })
+    Ok(Mutation::of(patch, warnings))
+}
+
+impl Mutation {
+    fn of(patch: PatchWriter, warnings: Vec<String>) -> Self {
+        Mutation {
+            operations: patch.operations(),
+            patch: patch.into_bytes(),
+            warnings,
+        }
+    }
 }
 
 /// [`mutate`] of a raw object of an owned kind (its `apiVersion` and `kind` say which).
@@ -436,6 +613,7 @@ pub fn mutation(object: &Value) -> Result<Mutation, FieldError> {
 mod tests {
     use super::*;
     use crate::api::VERSION;
+    use crate::webhook::sidecar::ANNOTATION_SIDECAR_INJECTION;
     use serde_json::json;
 
     fn review_body(hook: Hook, operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
@@ -636,6 +814,96 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(&body[..body.len().min(40)])
             );
+        }
+    }
+
+    fn stormservice(annotations: Value) -> Value {
+        json!({"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+               "metadata": {"name": "s", "annotations": annotations},
+               "spec": {"selector": {"matchLabels": {"app": "a"}},
+                        "template": {"metadata": {"labels": {"app": "a"}},
+                                     "spec": {"roles": [{"name": "prefill"}]}}}})
+    }
+
+    /// Which ordinary reviews the one-pass reading answers (and so which ones the property
+    /// test in `oracle` compares with the general path), and which it leaves to that path.
+    #[test]
+    fn ordinary_creates_and_updates_are_read_in_one_pass() {
+        let plain = stormservice(json!({}));
+        let rs = roleset(json!([{"name": "prefill"}]));
+        let one_pass = [
+            (Hook::MutateStormService, "CREATE", &plain, None),
+            (Hook::ValidateStormService, "CREATE", &plain, None),
+            (
+                Hook::MutateStormService,
+                "UPDATE",
+                &plain,
+                Some(plain.clone()),
+            ),
+            (
+                Hook::ValidateStormService,
+                "UPDATE",
+                &plain,
+                Some(plain.clone()),
+            ),
+            (Hook::MutateRoleSet, "CREATE", &rs, None),
+            (Hook::ValidateRoleSet, "UPDATE", &rs, Some(rs.clone())),
+        ];
+        for (hook, operation, object, old) in one_pass {
+            let body = review_body(hook, operation, object.clone(), old);
+            let answer = review_in_one_pass(hook, &body).expect("read in one pass");
+            let general = review_in_general(hook, &body).unwrap();
+            assert_eq!(answer.json, general.json, "{hook:?} {operation}");
+        }
+        let sidecar = stormservice(json!({ANNOTATION_SIDECAR_INJECTION: "true"}));
+        let general = [
+            (Hook::MutateStormService, "CREATE", sidecar, None),
+            (Hook::MutateStormService, "CREATE", rs.clone(), None), // another kind
+            (
+                Hook::ValidateRoleSet,
+                "DELETE",
+                Value::Null,
+                Some(rs.clone()),
+            ),
+            (Hook::ValidateRoleSet, "CREATE", json!([{"spec": {}}]), None), // not an object
+            (Hook::MutateRoleSet, "CREATE", roleset(json!(7)), None),       // no view
+        ];
+        for (hook, operation, object, old) in general {
+            let body = review_body(hook, operation, object, old);
+            assert!(
+                review_in_one_pass(hook, &body).is_none(),
+                "{hook:?} {operation}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stored_object_is_told_from_a_null_one() {
+        for (body, stored) in [
+            (&br#"{"oldObject":{"a":1}}"#[..], true),
+            (br#"{"oldObject" :  {}}"#, true),
+            (br#"{"oldObject":null,"x":"oldObject"}"#, false),
+            (br#"{"object":{"oldObject":1}}"#, false),
+            (br#"{"oldObject""#, false),
+        ] {
+            assert_eq!(
+                names_stored_object(body),
+                stored,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// The patch's encoding is the standard one, padding included.
+        #[test]
+        fn base64_is_the_standard_encoding(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            use base64::Engine;
+            let mut out = b"prefix".to_vec();
+            write_base64(&mut out, &bytes);
+            let expected = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            proptest::prop_assert_eq!(&out[6..], expected.as_bytes());
         }
     }
 }

@@ -244,7 +244,7 @@ fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::mutation;
+    use crate::webhook::{Hook, mutation};
     use proptest::prelude::*;
 
     /// Absent, `null`, or one of `values`.
@@ -436,7 +436,59 @@ mod tests {
         })
     }
 
+    /// A review of `object` (and `old`) for `hook`, with the stored object absent or `null`
+    /// on a create.
+    fn review_of(hook: Hook, update: bool, object: &Value, old: Option<Value>) -> Vec<u8> {
+        let (group, version) = ("orchestration.aibrix.ai", "v1alpha1");
+        let mut request = json!({
+            "uid": "u", "kind": {"group": group, "version": version, "kind": hook.kind()},
+            "resource": {"group": group, "version": version, "resource": hook.resource()},
+            "name": "n", "namespace": "default",
+            "operation": if update { "UPDATE" } else { "CREATE" },
+            "userInfo": {"username": "u"}, "object": object,
+        });
+        if update || old.is_some() {
+            request["oldObject"] = old.unwrap_or(Value::Null);
+        }
+        serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1",
+                                   "kind": "AdmissionReview", "request": request}))
+        .unwrap()
+    }
+
+    fn hooks_of(object: &Value) -> [Hook; 2] {
+        if object["kind"] == "RoleSet" {
+            [Hook::MutateRoleSet, Hook::ValidateRoleSet]
+        } else {
+            [Hook::MutateStormService, Hook::ValidateStormService]
+        }
+    }
+
     proptest! {
+        /// Where the one-pass reading answers a review, it answers byte for byte as the
+        /// general path does: creates and updates (the stored object an edit of the new one
+        /// or another generated object), to both webhooks of the kind.
+        #[test]
+        fn one_pass_answers_as_the_general_path(
+            (object, stored) in prop_oneof![
+                (stormservice(), proptest::option::of(stormservice())),
+                (roleset(), proptest::option::of(roleset())),
+            ],
+            update in any::<bool>(),
+        ) {
+            let old = update.then(|| stored.unwrap_or_else(|| object.clone()));
+            for hook in hooks_of(&object) {
+                let body = review_of(hook, update, &object, old.clone());
+                let general = crate::webhook::review_in_general(hook, &body).unwrap();
+                if let Some(answer) = crate::webhook::review_in_one_pass(hook, &body) {
+                    prop_assert_eq!(
+                        String::from_utf8(answer.json).unwrap(),
+                        String::from_utf8(general.json).unwrap()
+                    );
+                    prop_assert_eq!(answer.verdict, general.verdict);
+                }
+            }
+        }
+
         /// Applying the emitted additions gives exactly the object the old copy-and-diff
         /// webhook's patch gave, with the same warnings (or the same error).
         #[test]
