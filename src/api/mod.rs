@@ -6,6 +6,7 @@ pub mod defaults;
 pub mod keys;
 pub mod limits;
 pub mod pod;
+pub mod podgroup;
 pub mod podset;
 pub mod roleset;
 pub mod schema;

@@ -130,6 +130,76 @@ async fn cut_over(api: &Api<StormService>, service: &StormService) -> Option<Str
         .next_back()
 }
 
+/// The state of `service`'s gangs: each PodGroup of its RoleSets (named after a RoleSet, or
+/// after one of its PodSets), or that the scheduler's CRD is not installed.
+async fn gangs(api: &Api<StormService>, service: &StormService) -> Vec<String> {
+    use crate::api::RoleSet;
+    use crate::api::keys::LABEL_STORM_SERVICE_NAME;
+    use crate::planner::podgroup::{gang_state, requested};
+    let Some(template) = service.spec.template.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut schedulers: Vec<_> = template
+        .scheduling_strategy
+        .iter()
+        .chain(
+            template
+                .roles
+                .iter()
+                .flatten()
+                .filter_map(|r| r.scheduling_strategy.as_ref()),
+        )
+        .filter_map(|s| requested(s).map(|r| r.scheduler))
+        .collect();
+    schedulers.sort();
+    schedulers.dedup();
+    let (Some(namespace), Some(name)) = (
+        service.metadata.namespace.as_deref(),
+        service.metadata.name.as_deref(),
+    ) else {
+        return Vec::new();
+    };
+    let client = api.clone().into_client();
+    let selector = format!("{LABEL_STORM_SERVICE_NAME}={name}");
+    let rolesets: Vec<String> = Api::<RoleSet>::namespaced(client.clone(), namespace)
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|r| r.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut lines = Vec::new();
+    for scheduler in schedulers {
+        let groups: Api<kube::core::DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &scheduler.api_resource());
+        match groups.list(&kube::api::ListParams::default()).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => lines.push(format!(
+                "gangs: {} is not installed: no gang guarantee",
+                scheduler.crd_name()
+            )),
+            Err(error) => lines.push(format!("gangs: listing {}: {error}", scheduler.crd_name())),
+            Ok(list) => lines.extend(list.items.iter().filter_map(|group| {
+                let group_name = group.metadata.name.as_deref()?;
+                rolesets
+                    .iter()
+                    .any(|rs| group_name == rs || group_name.starts_with(&format!("{rs}-")))
+                    .then(|| {
+                        gang_state(
+                            scheduler,
+                            group_name,
+                            &group.data["spec"],
+                            &group.data["status"],
+                        )
+                    })
+            })),
+        }
+    }
+    lines
+}
+
 async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
     match command {
         CanaryCommand::Status {
@@ -145,6 +215,9 @@ async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
             print!("{}", render(&service));
             if let Some(note) = cut_over(&api, &service).await {
                 println!("cut-over: {note}");
+            }
+            for line in gangs(&api, &service).await {
+                println!("{line}");
             }
             if !watch {
                 return Ok(ExitCode::SUCCESS);

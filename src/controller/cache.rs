@@ -142,6 +142,12 @@ where
         receiver
     }
 
+    /// Whether the first list is in.
+    pub fn is_ready(&self) -> bool {
+        use futures::FutureExt;
+        self.reader.wait_until_ready().now_or_never().is_some()
+    }
+
     /// Resolves once the first list is in (reconciling before would miss children).
     pub async fn ready(&self) {
         // The writer lives as long as the driver; a dropped one means shutdown.

@@ -4,6 +4,7 @@
 
 pub mod aibrix_guard;
 pub mod cache;
+pub mod podgroups;
 pub mod podset;
 pub mod revision;
 pub mod roleset;
@@ -169,6 +170,8 @@ pub struct Caches {
     pub revisions: Arc<Cache<ControllerRevision>>,
     /// Headless Services controlled by a StormService.
     pub services: Arc<Cache<Service>>,
+    /// The gang schedulers' PodGroups, each cache started once its CRD is found.
+    pub podgroups: Arc<podgroups::PodGroupCaches>,
 }
 
 impl Caches {
@@ -211,7 +214,13 @@ impl Caches {
                 all().labels(LABEL_STORM_SERVICE_NAME),
                 |s: &Service| controlled_by_kind::<StormService>(&s.metadata)
             ),
+            podgroups: Arc::default(),
         };
+        drivers.push(Box::pin(caches.podgroups.clone().run(
+            client.clone(),
+            namespace.map(String::from),
+            metrics.clone(),
+        )));
         (Arc::new(caches), drivers)
     }
 
@@ -1016,7 +1025,8 @@ async fn run_scope(
         released(
             Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
                 .owns_shared_stream(caches.pods.subscribe())
-                .owns_shared_stream(caches.podsets.subscribe()),
+                .owns_shared_stream(caches.podsets.subscribe())
+                .reconcile_all_on(caches.podgroups.found()),
             guard,
         ),
         roleset::reconcile,
@@ -1027,7 +1037,8 @@ async fn run_scope(
         "podset",
         released(
             Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
-                .owns_shared_stream(caches.pods.subscribe()),
+                .owns_shared_stream(caches.pods.subscribe())
+                .reconcile_all_on(caches.podgroups.found()),
             guard,
         ),
         podset::reconcile,

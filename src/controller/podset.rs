@@ -10,6 +10,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::podgroups::{self, GANG_WAIT, Gang};
 use super::{
     Context, Error, delete_child, delete_remaining, finalized, going, live_children, owned_children,
 };
@@ -84,7 +85,23 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     for name in &action.delete {
         delete_child(&api, name, ctx, "podset", "pods").await?;
     }
-    for &index in &action.create {
+    // A role-level strategy's PodGroup, one per PodSet, comes before the gang's pods (the
+    // RoleSet reports a missing CRD; the pods are created without it then).
+    let gang = podgroups::sync(
+        ctx,
+        "podset",
+        podset,
+        LABEL_PODSET_NAME,
+        podset.spec.scheduling_strategy.as_ref(),
+        podset.spec.pod_group_size,
+    )
+    .await?;
+    let creates = if gang == Gang::Waiting {
+        &[][..]
+    } else {
+        &action.create[..]
+    };
+    for &index in creates {
         match api
             .create(&PostParams::default(), &gang_pod(podset, index))
             .await
@@ -133,5 +150,8 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
             Some(PODSET_COUNTERS),
         )
         .await?;
+    if gang == Gang::Waiting {
+        return Ok(Action::requeue(GANG_WAIT));
+    }
     Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
 }

@@ -19,6 +19,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::podgroups::{self, GANG_WAIT, Gang};
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
     owned_children, refusal,
@@ -31,6 +32,7 @@ use crate::api::pod::CachedPod;
 use crate::api::validation::validate_roleset;
 use crate::api::{PodSet, RoleSet};
 use crate::planner::in_place::complete_patch;
+use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
 use crate::planner::roleset::RoleInput;
 use crate::planner::roleset_pass::{
@@ -130,8 +132,19 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             None => None,
         });
     }
+    // The gang's PodGroup comes before its pods: they wait for it when its scheduler is
+    // there, and are created without it (said in the status) when it is not.
+    let gang = podgroups::sync(
+        ctx,
+        "roleset",
+        roleset,
+        LABEL_ROLESET_NAME,
+        roleset.spec.scheduling_strategy.as_ref(),
+        roleset_gang_size(&roleset.spec),
+    )
+    .await?;
     // Decide.
-    let pass = decide(PassInput {
+    let mut pass = decide(PassInput {
         roleset,
         pods: &pods,
         podsets: &podsets,
@@ -139,6 +152,11 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         pending,
         stable,
     });
+    if gang == Gang::Waiting {
+        for role in &mut pass.roles {
+            role.creates.clear();
+        }
+    }
     // Write.
     if let Some(sequence) = &pass.sequence
         && ctx.once_per_generation(roleset, "upgrade sequence")
@@ -243,12 +261,46 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         Some(("FailedCreate", refused.join("; ")))
     } else if !pass.problems.is_empty() {
         Some(("ReconcileError", pass.problems.join("; ")))
+    } else if let Some(scheduler) = match gang {
+        Gang::Unserved(scheduler) => Some(scheduler),
+        // Role-level strategies: one PodGroup per PodSet, whose controller cannot say it.
+        _ => roleset.spec.roles.iter().flatten().find_map(|role| {
+            (role.pod_group_size_or_default() > 1)
+                .then(|| {
+                    ctx.caches
+                        .podgroups
+                        .unserved(role.scheduling_strategy.as_ref())
+                })
+                .flatten()
+        }),
+    } {
+        let message = format!(
+            "schedulingStrategy.{} asks for a PodGroup, but the CRD {} is not installed: \
+             pods are created without the gang guarantee",
+            scheduler.strategy_field(),
+            scheduler.crd_name()
+        );
+        if ctx.once_per_generation(roleset, "podgroup crd missing") {
+            ctx.warn(
+                "roleset",
+                roleset,
+                "PodGroupCRDMissing",
+                "SyncPodGroup",
+                message.clone(),
+            )
+            .await;
+        }
+        Some(("PodGroupCRDMissing", message))
     } else {
         None
     };
     let wait = write_status(roleset, ctx, &pass.inputs, failure).await?;
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
+    }
+    if gang == Gang::Waiting {
+        // The PodGroup's cache shows it shortly; the pods follow.
+        return Ok(Action::requeue(GANG_WAIT));
     }
     Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
 }

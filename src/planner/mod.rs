@@ -6,6 +6,7 @@ pub mod budget;
 pub mod canary;
 pub mod in_place;
 pub mod lease;
+pub mod podgroup;
 pub mod podset;
 pub mod render;
 pub mod revision;

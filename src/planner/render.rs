@@ -20,8 +20,10 @@ use crate::api::keys::{
     LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{
-    PodSet, PodSetSpec, RoleSet, RoleSpec, StormService, TopologyMode, TopologyScope,
+    PodSet, PodSetSpec, RoleSet, RoleSpec, SchedulingStrategy, StormService, TopologyMode,
+    TopologyScope,
 };
+use crate::planner::podgroup;
 
 /// Kubernetes' "safe" alphabet for generated strings (no vowels, no look-alikes).
 pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -142,12 +144,24 @@ pub fn podset_for_slot(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32
     ];
     let mut labels = pod.metadata.labels.unwrap_or_default();
     labels.retain(|key, _| own_keys.contains(&key.as_str()));
+    let mut annotations = pod.metadata.annotations.unwrap_or_default();
+    // Gang membership, which the gang's pods inherit: the RoleSet's PodGroup, or the
+    // PodSet's own under a role-level strategy (written last, so it wins, as in AIBrix).
+    if gang_requested(roleset.spec.scheduling_strategy.as_ref()) {
+        join_gang(&mut labels, &mut annotations, &roleset.name_any());
+    }
+    if let (true, Some(name)) = (
+        gang_requested(role.scheduling_strategy.as_ref()),
+        &pod.metadata.name,
+    ) {
+        join_gang(&mut labels, &mut annotations, name);
+    }
     PodSet {
         metadata: ObjectMeta {
             name: pod.metadata.name,
             namespace: pod.metadata.namespace,
             labels: Some(labels),
-            annotations: pod.metadata.annotations,
+            annotations: Some(annotations),
             owner_references: pod.metadata.owner_references,
             // Born with its finalizer: one write less than the PodSet controller adding it.
             finalizers: Some(vec![FINALIZER_PODSET.into()]),
@@ -162,6 +176,22 @@ pub fn podset_for_slot(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32
         },
         status: None,
     }
+}
+
+/// Whether `strategy` names a gang scheduler.
+fn gang_requested(strategy: Option<&SchedulingStrategy>) -> bool {
+    strategy.and_then(podgroup::requested).is_some()
+}
+
+/// Makes pod (or PodSet) metadata a member of the PodGroup `group`.
+fn join_gang(
+    labels: &mut BTreeMap<String, String>,
+    annotations: &mut BTreeMap<String, String>,
+    group: &str,
+) {
+    let (member_labels, member_annotations) = podgroup::member_keys(group);
+    labels.extend(member_labels);
+    annotations.extend(member_annotations);
 }
 
 /// Env vars a PodSet adds first to every container of its pods.
@@ -288,6 +318,9 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
     labels.extend(role_revision_labels(roleset, &role.name));
     let mut annotations = template_meta.annotations.unwrap_or_default();
     annotations.insert(ANNOTATION_ROLESET_INDEX.into(), roleset_index.clone());
+    if gang_requested(roleset.spec.scheduling_strategy.as_ref()) {
+        join_gang(&mut labels, &mut annotations, &rs_name);
+    }
     let slot_text = slot.map(|s| s.to_string());
     if let Some(index) = &slot_text {
         labels.insert(LABEL_ROLE_REPLICA_INDEX.into(), index.clone());
@@ -530,6 +563,71 @@ mod tests {
         assert_eq!(
             (env[5].name.as_str(), env[5].value.as_deref()),
             ("ROLE_REPLICA_INDEX", Some("3"))
+        );
+    }
+
+    #[test]
+    fn gang_members_name_their_podgroup() {
+        use crate::api::podgroup::{KEY_VOLCANO_GROUP_NAME, LABEL_COSCHEDULING_POD_GROUP};
+        let strategy = json!({"volcanoSchedulingStrategy": {"queue": "q"}});
+        let roleset = |spec: Value| -> RoleSet {
+            serde_json::from_value(json!({
+                "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+                "metadata": {"name": "rs", "namespace": "ns", "uid": "u-1"}, "spec": spec
+            }))
+            .unwrap()
+        };
+        // RoleSet-level: every pod and PodSet joins the RoleSet's PodGroup.
+        let gang_set = roleset(json!({"roles": [], "schedulingStrategy": strategy}));
+        let pod = stateless_pod(&gang_set, &role(), "h");
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()[KEY_VOLCANO_GROUP_NAME],
+            "rs"
+        );
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()[LABEL_COSCHEDULING_POD_GROUP],
+            "rs"
+        );
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[KEY_VOLCANO_GROUP_NAME],
+            "rs"
+        );
+        let multi = RoleSpec {
+            pod_group_size: Some(2),
+            ..role()
+        };
+        let podset = podset_for_slot(&gang_set, &multi, "h", 0);
+        assert_eq!(
+            podset.metadata.labels.as_ref().unwrap()[KEY_VOLCANO_GROUP_NAME],
+            "rs"
+        );
+        // Role-level: each PodSet's own PodGroup, which its gang's pods inherit.
+        let with_role_gang = RoleSpec {
+            scheduling_strategy: serde_json::from_value(strategy).unwrap(),
+            ..multi
+        };
+        let podset = podset_for_slot(&roleset(json!({"roles": []})), &with_role_gang, "h", 0);
+        let name = podset.metadata.name.clone().unwrap();
+        assert_eq!(
+            podset.metadata.labels.as_ref().unwrap()[KEY_VOLCANO_GROUP_NAME],
+            name
+        );
+        let member = gang_pod(&podset, 1);
+        assert_eq!(
+            member.metadata.labels.as_ref().unwrap()[KEY_VOLCANO_GROUP_NAME],
+            name
+        );
+        assert_eq!(
+            member.metadata.annotations.as_ref().unwrap()[KEY_VOLCANO_GROUP_NAME],
+            name
+        );
+        // No strategy: no membership.
+        let pod = stateless_pod(&roleset(json!({"roles": []})), &role(), "h");
+        assert!(
+            !pod.metadata
+                .labels
+                .unwrap()
+                .contains_key(KEY_VOLCANO_GROUP_NAME)
         );
     }
 

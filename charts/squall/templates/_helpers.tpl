@@ -98,4 +98,9 @@ e2e operator runs under the chart's ServiceAccount, so a missing rule fails the 
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# The gang schedulers' PodGroups, made only when their CRD is served; owner references
+# remove them with their RoleSet or PodSet.
+- apiGroups: ["scheduling.x-k8s.io", "scheduling.volcano.sh", "scheduling.godel.kubewharf.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 {{- end }}

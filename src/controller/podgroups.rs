@@ -1,0 +1,306 @@
+//! The gang schedulers' PodGroups as the controllers see them: which PodGroup CRDs the
+//! cluster serves, and a shared cache per scheduler once its CRD is there. A PodGroup is made
+//! only for a scheduler whose CRD exists (as AIBrix does), and a cache starts only then: a
+//! watch on a resource that is not served fails for as long as it runs.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::cache::Cache;
+use super::{Context, Error};
+use crate::api::common::SchedulingStrategy;
+use crate::api::podgroup::{
+    CoschedulingKind, GodelKind, PodGroup, Scheduler, SchedulerKind, VolcanoKind,
+};
+use crate::metrics::Metrics;
+use crate::planner::podgroup::{self as plan, GangOwner};
+
+/// Where a gang's PodGroup stands after a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gang {
+    /// No strategy: pods are scheduled one by one.
+    NotRequested,
+    /// The scheduler's PodGroup CRD is not served: pods are created without the gang
+    /// guarantee (as AIBrix does), and the owner says so.
+    Unserved(Scheduler),
+    /// The PodGroup is not in the cache yet: its pods wait for it.
+    Waiting,
+    /// The PodGroup is there, as the strategy asks: its pods may be created.
+    Ready,
+}
+
+/// Makes the PodGroup of `owner`'s gang of `members` pods what `strategy` asks (created, or
+/// its spec updated), publishing `PodGroupSynced` or `PodGroupFailed`.
+pub async fn sync<K>(
+    ctx: &Context,
+    controller: &str,
+    owner: &K,
+    owner_label: &'static str,
+    strategy: Option<&SchedulingStrategy>,
+    members: i32,
+) -> Result<Gang, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let Some(request) = strategy.and_then(plan::requested) else {
+        return Ok(Gang::NotRequested);
+    };
+    let (Some(owner_ref), Some(namespace)) = (
+        owner.controller_owner_ref(&()),
+        owner.meta().namespace.as_deref(),
+    ) else {
+        return Ok(Gang::NotRequested);
+    };
+    let name = owner.name_any();
+    let desired = plan::desired(
+        &request,
+        &GangOwner {
+            namespace,
+            owner: owner_ref,
+            owner_label,
+        },
+        members,
+    );
+    let scheduler = request.scheduler;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &scheduler.api_resource());
+    let written = match ctx.caches.podgroups.lookup(scheduler, namespace, &name) {
+        Lookup::NotServed => return Ok(Gang::Unserved(scheduler)),
+        Lookup::Starting => return Ok(Gang::Waiting),
+        Lookup::Absent => api
+            .create(&PostParams::default(), &desired)
+            .await
+            .map(|_| "create"),
+        Lookup::Found { spec, .. } => {
+            let observed = DynamicObject {
+                data: json!({ "spec": spec }),
+                ..desired.clone()
+            };
+            if !plan::needs_update(&desired, &observed) {
+                return Ok(Gang::Ready);
+            }
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": desired.data["spec"]})),
+            )
+            .await
+            .map(|_| "patch")
+        }
+    };
+    match written {
+        Ok(verb) => {
+            ctx.metrics.api_write(controller, verb, "podgroups");
+            ctx.publish(
+                controller,
+                owner,
+                None,
+                "PodGroupSynced",
+                "SyncPodGroup",
+                format!("{} PodGroup {name} synced", scheduler.group()),
+            )
+            .await;
+            Ok(Gang::Ready)
+        }
+        // Made meanwhile (by an earlier pass the cache does not show yet).
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Gang::Waiting),
+        Err(error) => {
+            ctx.warn(
+                controller,
+                owner,
+                "PodGroupFailed",
+                "SyncPodGroup",
+                format!("{} PodGroup {name}: {error}", scheduler.group()),
+            )
+            .await;
+            Err(error.into())
+        }
+    }
+}
+
+/// How often the PodGroup CRDs are looked for (by name: three GETs): a scheduler installed
+/// after squall gets its PodGroups within this.
+pub const CRD_POLL: Duration = Duration::from_secs(10);
+
+/// How soon an owner whose PodGroup is not in the cache yet is looked at again (its pods
+/// wait for it).
+pub const GANG_WAIT: Duration = Duration::from_secs(2);
+
+/// What the controllers know of one PodGroup.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lookup {
+    /// The scheduler's CRD is not served: no PodGroup can be made.
+    NotServed,
+    /// The CRD is served and its cache is filling: ask again shortly.
+    Starting,
+    /// No such PodGroup.
+    Absent,
+    /// The PodGroup: its spec and status.
+    Found {
+        /// `spec`.
+        spec: serde_json::Value,
+        /// `status`.
+        status: serde_json::Value,
+    },
+}
+
+/// The PodGroup caches of one scope, started as their CRDs appear.
+#[derive(Default)]
+pub struct PodGroupCaches {
+    coscheduling: OnceLock<Arc<Cache<PodGroup<CoschedulingKind>>>>,
+    volcano: OnceLock<Arc<Cache<PodGroup<VolcanoKind>>>>,
+    godel: OnceLock<Arc<Cache<PodGroup<GodelKind>>>>,
+    served: watch::Sender<BTreeSet<Scheduler>>,
+}
+
+impl PodGroupCaches {
+    /// The schedulers whose PodGroup CRD was found (changes are announced to subscribers).
+    pub fn served(&self) -> watch::Receiver<BTreeSet<Scheduler>> {
+        self.served.subscribe()
+    }
+
+    /// Ticks each time a PodGroup CRD is found: every RoleSet and PodSet is reconciled then
+    /// (the gangs that were waiting for it, or running without it).
+    pub fn found(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self.served.subscribe(), |mut served| async move {
+            served.changed().await.ok()?;
+            served.borrow_and_update();
+            Some(((), served))
+        })
+    }
+
+    /// The scheduler `strategy` names when its PodGroup CRD is not served.
+    pub fn unserved(&self, strategy: Option<&SchedulingStrategy>) -> Option<Scheduler> {
+        let scheduler = strategy.and_then(plan::requested)?.scheduler;
+        (!self.served.borrow().contains(&scheduler)).then_some(scheduler)
+    }
+
+    /// The PodGroup `name` of `scheduler` in `namespace`.
+    pub fn lookup(&self, scheduler: Scheduler, namespace: &str, name: &str) -> Lookup {
+        fn of<S: SchedulerKind>(
+            cache: &OnceLock<Arc<Cache<PodGroup<S>>>>,
+            namespace: &str,
+            name: &str,
+        ) -> Lookup {
+            let Some(cache) = cache.get() else {
+                return Lookup::Starting;
+            };
+            if !cache.is_ready() {
+                return Lookup::Starting;
+            }
+            match cache.get(namespace, name) {
+                Some(group) => Lookup::Found {
+                    spec: group.spec.clone(),
+                    status: group.status.clone(),
+                },
+                None => Lookup::Absent,
+            }
+        }
+        if !self.served.borrow().contains(&scheduler) {
+            return Lookup::NotServed;
+        }
+        match scheduler {
+            Scheduler::Coscheduling => of(&self.coscheduling, namespace, name),
+            Scheduler::Volcano => of(&self.volcano, namespace, name),
+            Scheduler::Godel => of(&self.godel, namespace, name),
+        }
+    }
+
+    /// Looks for the CRDs every [`CRD_POLL`] and starts the cache of each one found, in
+    /// `namespace` (all when `None`). Runs until the process stops.
+    pub async fn run(
+        self: Arc<Self>,
+        client: Client,
+        namespace: Option<String>,
+        metrics: Arc<Metrics>,
+    ) {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let mut poll = tokio::time::interval(CRD_POLL);
+        loop {
+            poll.tick().await;
+            for scheduler in Scheduler::ALL {
+                if self.served.borrow().contains(&scheduler) {
+                    continue; // once served, a cache watches; a removed CRD shows as watch errors
+                }
+                match crds.get_opt(&scheduler.crd_name()).await {
+                    Ok(Some(_)) => {
+                        self.start(scheduler, &client, namespace.as_deref(), &metrics);
+                        self.served.send_modify(|served| {
+                            served.insert(scheduler);
+                        });
+                        tracing::info!(crd = %scheduler.crd_name(), "PodGroup CRD found; PodGroups will be made");
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::warn!(crd = %scheduler.crd_name(), %error, "PodGroup CRD lookup failed")
+                    }
+                }
+            }
+        }
+    }
+
+    fn start(
+        &self,
+        scheduler: Scheduler,
+        client: &Client,
+        namespace: Option<&str>,
+        metrics: &Arc<Metrics>,
+    ) {
+        fn start<S: SchedulerKind>(
+            slot: &OnceLock<Arc<Cache<PodGroup<S>>>>,
+            client: &Client,
+            namespace: Option<&str>,
+            metrics: &Arc<Metrics>,
+        ) {
+            let api = match namespace {
+                Some(namespace) => Api::namespaced(client.clone(), namespace),
+                None => Api::all(client.clone()),
+            };
+            let (cache, driver) =
+                Cache::new(api, watcher::Config::default(), |_| true, metrics.clone());
+            if slot.set(cache).is_ok() {
+                tokio::spawn(driver.run());
+            }
+        }
+        match scheduler {
+            Scheduler::Coscheduling => start(&self.coscheduling, client, namespace, metrics),
+            Scheduler::Volcano => start(&self.volcano, client, namespace, metrics),
+            Scheduler::Godel => start(&self.godel, client, namespace, metrics),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_served_before_a_crd_is_found() {
+        let caches = PodGroupCaches::default();
+        assert_eq!(
+            caches.lookup(Scheduler::Volcano, "ns", "g"),
+            Lookup::NotServed
+        );
+        caches.served.send_modify(|s| {
+            s.insert(Scheduler::Volcano);
+        });
+        // Served, but no cache started yet: the caller waits rather than create blindly.
+        assert_eq!(
+            caches.lookup(Scheduler::Volcano, "ns", "g"),
+            Lookup::Starting
+        );
+        assert_eq!(
+            caches.lookup(Scheduler::Godel, "ns", "g"),
+            Lookup::NotServed
+        );
+    }
+}
