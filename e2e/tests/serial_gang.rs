@@ -3,8 +3,8 @@
 //! the RoleSet says the gang guarantee is absent (condition and event); once the CRDs are
 //! installed, every gang gets its PodGroup — one per RoleSet for a RoleSet-level strategy,
 //! one per PodSet for a role-level one — owned by it, with `minMember` the gang's pods, and
-//! its pods carry the membership keys; a strategy change updates the PodGroup and deleting
-//! the owner removes it.
+//! its pods carry the membership keys; a PodGroup deleted by someone else is made again, a
+//! strategy change updates it, and deleting the owner removes it.
 
 use std::time::Duration;
 
@@ -325,6 +325,23 @@ async fn gangs_get_their_podgroups_and_a_missing_crd_is_said() {
     gangs_of::<CoschedulingKind>(&client, ns.name()).await;
     gangs_of::<VolcanoKind>(&client, ns.name()).await;
     gangs_of::<GodelKind>(&client, ns.name()).await;
+
+    // A PodGroup deleted by someone else is made again at once (its owner hears of it).
+    let groups: Api<PodGroup<VolcanoKind>> = Api::namespaced(client.clone(), ns.name());
+    let old_uid = groups.get("early").await.unwrap().uid().unwrap();
+    groups
+        .delete("early", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        &groups,
+        "early",
+        "the deleted PodGroup made again",
+        TIMEOUT,
+        |g| g.is_some_and(|g| g.uid().as_deref() != Some(old_uid.as_str())),
+    )
+    .await
+    .unwrap();
 
     // A strategy change updates the PodGroup; deleting the RoleSet removes it.
     rolesets

@@ -1026,6 +1026,7 @@ async fn run_scope(
             Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
                 .owns_shared_stream(caches.pods.subscribe())
                 .owns_shared_stream(caches.podsets.subscribe())
+                .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
             guard,
         ),
@@ -1038,6 +1039,7 @@ async fn run_scope(
         released(
             Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
                 .owns_shared_stream(caches.pods.subscribe())
+                .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
             guard,
         ),

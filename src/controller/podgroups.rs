@@ -7,13 +7,15 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use super::cache::Cache;
 use super::{Context, Error};
@@ -153,19 +155,51 @@ pub enum Lookup {
     },
 }
 
+/// Changed PodGroups' owners not yet taken by their controllers: past this many (a burst of
+/// thousands of PodGroup changes), the oldest are dropped — their owners' own requeues
+/// still repair them.
+const OWNER_CHANGES: usize = 1024;
+
 /// The PodGroup caches of one scope, started as their CRDs appear.
-#[derive(Default)]
 pub struct PodGroupCaches {
     coscheduling: OnceLock<Arc<Cache<PodGroup<CoschedulingKind>>>>,
     volcano: OnceLock<Arc<Cache<PodGroup<VolcanoKind>>>>,
     godel: OnceLock<Arc<Cache<PodGroup<GodelKind>>>>,
     served: watch::Sender<BTreeSet<Scheduler>>,
+    /// The controlling owner (kind, namespace, name) of every PodGroup that changed.
+    owners: broadcast::Sender<(String, String, String)>,
+}
+
+impl Default for PodGroupCaches {
+    fn default() -> Self {
+        Self {
+            coscheduling: OnceLock::new(),
+            volcano: OnceLock::new(),
+            godel: OnceLock::new(),
+            served: watch::Sender::default(),
+            owners: broadcast::Sender::new(OWNER_CHANGES),
+        }
+    }
 }
 
 impl PodGroupCaches {
-    /// The schedulers whose PodGroup CRD was found (changes are announced to subscribers).
-    pub fn served(&self) -> watch::Receiver<BTreeSet<Scheduler>> {
-        self.served.subscribe()
+    /// The owners of type `K` of PodGroups that changed (edited or deleted by someone
+    /// else): their controllers make them what the strategy asks again at once.
+    pub fn changed_owners<K>(&self) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+    where
+        K: Resource<DynamicType = ()> + 'static,
+    {
+        futures::stream::unfold(self.owners.subscribe(), |mut owners| async move {
+            loop {
+                match owners.recv().await {
+                    Ok((kind, namespace, name)) if kind == K::kind(&()) => {
+                        return Some((ObjectRef::new(&name).within(&namespace), owners));
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
     }
 
     /// Ticks each time a PodGroup CRD is found: every RoleSet and PodSet is reconciled then
@@ -257,6 +291,7 @@ impl PodGroupCaches {
     ) {
         fn start<S: SchedulerKind>(
             slot: &OnceLock<Arc<Cache<PodGroup<S>>>>,
+            owners: &broadcast::Sender<(String, String, String)>,
             client: &Client,
             namespace: Option<&str>,
             metrics: &Arc<Metrics>,
@@ -267,14 +302,34 @@ impl PodGroupCaches {
             };
             let (cache, driver) =
                 Cache::new(api, watcher::Config::default(), |_| true, metrics.clone());
+            // Subscribed before the watch starts, so no change is missed.
+            let mut changes = cache.subscribe();
             if slot.set(cache).is_ok() {
+                let owners = owners.clone();
+                tokio::spawn(async move {
+                    while let Some(group) = changes.next().await {
+                        let namespace = group.metadata.namespace.clone().unwrap_or_default();
+                        if let Some(owner) = group
+                            .owner_references()
+                            .iter()
+                            .find(|o| o.controller == Some(true))
+                        {
+                            // Nobody listening (controllers stopping) is no loss.
+                            let _ =
+                                owners.send((owner.kind.clone(), namespace, owner.name.clone()));
+                        }
+                    }
+                });
                 tokio::spawn(driver.run());
             }
         }
+        let owners = &self.owners;
         match scheduler {
-            Scheduler::Coscheduling => start(&self.coscheduling, client, namespace, metrics),
-            Scheduler::Volcano => start(&self.volcano, client, namespace, metrics),
-            Scheduler::Godel => start(&self.godel, client, namespace, metrics),
+            Scheduler::Coscheduling => {
+                start(&self.coscheduling, owners, client, namespace, metrics)
+            }
+            Scheduler::Volcano => start(&self.volcano, owners, client, namespace, metrics),
+            Scheduler::Godel => start(&self.godel, owners, client, namespace, metrics),
         }
     }
 }
@@ -282,6 +337,26 @@ impl PodGroupCaches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{PodSet, RoleSet};
+
+    #[tokio::test]
+    async fn a_changed_podgroup_reaches_its_owners_controller_only() {
+        let caches = PodGroupCaches::default();
+        let mut rolesets = std::pin::pin!(caches.changed_owners::<RoleSet>());
+        let mut podsets = std::pin::pin!(caches.changed_owners::<PodSet>());
+        let change =
+            |kind: &str, name: &str| (kind.to_string(), "ns".to_string(), name.to_string());
+        caches.owners.send(change("PodSet", "ps-0")).unwrap();
+        caches.owners.send(change("RoleSet", "rs")).unwrap();
+        assert_eq!(
+            rolesets.next().await,
+            Some(ObjectRef::new("rs").within("ns"))
+        );
+        assert_eq!(
+            podsets.next().await,
+            Some(ObjectRef::new("ps-0").within("ns"))
+        );
+    }
 
     #[test]
     fn nothing_is_served_before_a_crd_is_found() {
