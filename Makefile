@@ -23,7 +23,7 @@ cluster-down:
 	e2e/cluster.sh down
 
 lint:           ## squall lint on the bundled samples
-	cargo run --quiet --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
+	cargo run --quiet --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml -f manifests/samples/stormservice-gang.yaml
 
 audit:          ## cargo deny with the RustSec advisories (needs network access to GitHub)
 	hack/deny.sh --advisories

@@ -25,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
+use squall::api::podgroup::PodGroupCrds;
 use squall::metrics::Metrics;
 use squall::server::{CertResolver, admission_router, serve_tls, tls_config, webhook_router};
 use squall::webhook::{Answer, BadRequest, Hook, Verdict, review};
@@ -207,8 +208,12 @@ async fn main() {
     let mut addrs = Vec::new();
     let mut stops = Vec::new();
     for router in [
-        webhook_router(Arc::new(Metrics::default())),
-        admission_router(Arc::new(Metrics::default()), noop),
+        // A cluster without gang schedulers, as most are: validation looks for strategies.
+        webhook_router(
+            Arc::new(Metrics::default()),
+            tokio::sync::watch::channel(PodGroupCrds::known([])).1,
+        ),
+        admission_router(Arc::new(Metrics::default()), Arc::new(noop)),
     ] {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(listener.local_addr().unwrap());

@@ -23,7 +23,7 @@ kubectl apply --server-side --force-conflicts -f manifests/crds/crds.yaml
 kubectl wait --for=condition=Established --timeout=60s -f manifests/crds/crds.yaml
 
 echo "==> checking the bundled samples"
-cargo run --quiet --locked --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml
+cargo run --quiet --locked --bin squall -- lint -f manifests/samples/stormservice-canary.yaml -f manifests/samples/stormservice-pooled.yaml -f manifests/samples/stormservice-gang.yaml
 kubectl apply --server-side --dry-run=server --validate=strict -f manifests/samples/
 
 read -r WEBHOOK_PORT ADMIN_PORT < <(python3 -c 'import socket

@@ -36,6 +36,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::api::podgroup::PodGroupCrds;
 use crate::metrics::{AdmissionOutcome, Metrics};
 use crate::webhook::{self, Hook};
 
@@ -234,9 +235,10 @@ struct Admission {
     decide: Decide,
 }
 
-/// Answers one review body for a webhook: [`webhook::review`], or in the admission benchmark
-/// a no-op that goes through the same layers.
-pub type Decide = fn(Hook, &[u8]) -> Result<webhook::Answer, webhook::BadRequest>;
+/// Answers one review body for a webhook: [`webhook::review_knowing`], or in the admission
+/// benchmark a no-op that goes through the same layers.
+pub type Decide =
+    Arc<dyn Fn(Hook, &[u8]) -> Result<webhook::Answer, webhook::BadRequest> + Send + Sync>;
 
 /// A fixed pool of threads deciding reviews, off the async runtime that renews the Lease and
 /// answers `/healthz`.
@@ -283,9 +285,13 @@ impl ReviewPool {
     }
 }
 
-/// The webhook routes: one POST path per [`Hook`].
-pub fn webhook_router(metrics: Arc<Metrics>) -> Router {
-    admission_router(metrics, webhook::review)
+/// The webhook routes: one POST path per [`Hook`], warning of gang strategies whose
+/// PodGroup CRD `crds` (kept current by its lookup) says is missing.
+pub fn webhook_router(metrics: Arc<Metrics>, crds: watch::Receiver<PodGroupCrds>) -> Router {
+    admission_router(
+        metrics,
+        Arc::new(move |hook, body| webhook::review_knowing(hook, body, *crds.borrow())),
+    )
 }
 
 /// One POST path per [`Hook`], answered by `decide` behind the bounds, timeouts and review
@@ -361,10 +367,10 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
             return (StatusCode::BAD_REQUEST, format!("request body: {e}")).into_response();
         }
     };
-    let decide = state.decide;
     if body.len() <= INLINE_REVIEW_LIMIT {
         // A panicking review (never seen; the handler is fuzzed) fails its own request only.
-        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decide(hook, &body)));
+        let answer =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (state.decide)(hook, &body)));
         drop(body_permit);
         return respond(hook, state, started, answer.ok(), body.len());
     }
@@ -375,6 +381,7 @@ async fn admit(hook: Hook, state: &Admission, request: Request) -> Response {
         return overloaded("reviews are queued behind one being decided");
     };
     let bytes = body.len();
+    let decide = state.decide.clone();
     let decided = state
         .pool
         .run(move || {

@@ -13,6 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
+use squall::api::podgroup::PodGroupCrds;
 use squall::metrics::Metrics;
 use squall::server::{
     BODY_BYTES_IN_FLIGHT, BODY_LIMIT, CertResolver, H2_MAX_CONCURRENT_STREAMS, INLINE_REVIEW_LIMIT,
@@ -22,6 +23,7 @@ use squall::webhook::{Answer, BadRequest, Hook, Verdict};
 use time::OffsetDateTime;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_rustls::client::TlsStream;
 
 struct Server {
@@ -34,7 +36,7 @@ struct Server {
 }
 
 async fn start() -> Server {
-    start_router(webhook_router).await
+    start_router(|metrics| webhook_router(metrics, watch::channel(PodGroupCrds::Unknown).1)).await
 }
 
 /// A server answering with the router `make` builds around the server's metrics.
@@ -450,7 +452,7 @@ fn decided_on(_hook: Hook, _body: &[u8]) -> Result<Answer, BadRequest> {
 /// the review thread, one at a time, away from the workers that answer `/healthz`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_reviews_are_decided_where_read_and_large_ones_on_the_review_thread() {
-    let server = start_router(|metrics| admission_router(metrics, decided_on)).await;
+    let server = start_router(|metrics| admission_router(metrics, Arc::new(decided_on))).await;
     let path = Hook::ValidateStormService.path();
     for size in [10, INLINE_REVIEW_LIMIT] {
         let (status, thread) = server.post(path, vec![b' '; size]).await;

@@ -42,6 +42,23 @@ pub fn settled(rs: Option<&RoleSet>, generation: i64) -> bool {
         && ready
 }
 
+/// A StormService that has settled: its status observed at its generation (`at`, when
+/// given, must be that generation), one revision, condition Ready True.
+pub fn stormservice_settled(ss: Option<&StormService>, at: Option<i64>) -> bool {
+    let Some((ss, status)) = ss.and_then(|s| s.status.as_ref().map(|st| (s, st))) else {
+        return false;
+    };
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    status.observed_generation == ss.metadata.generation
+        && at.is_none_or(|at| ss.metadata.generation == Some(at))
+        && status.current_revision == status.update_revision
+        && ready
+}
+
 /// Condition Ready is True.
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status

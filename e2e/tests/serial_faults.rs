@@ -467,7 +467,12 @@ async fn a_roleset_keeps_its_finalizer_while_the_api_server_holds_a_pod_its_cach
 
     let metrics = Arc::new(Metrics::default());
     // The drivers that would fill the caches are never run.
-    let (caches, _drivers) = Caches::new(&client, Some(ns.name()), &metrics);
+    let (caches, _drivers) = Caches::new(
+        &client,
+        Some(ns.name()),
+        &metrics,
+        tokio::sync::watch::channel(Default::default()).1,
+    );
     let ctx = Arc::new(Context::new(client.clone(), caches, metrics));
     let deleting = Arc::new(rolesets.get("gang").await.unwrap());
     let first = roleset::reconcile(deleting, ctx.clone()).await;

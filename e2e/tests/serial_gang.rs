@@ -4,22 +4,30 @@
 //! installed, every gang gets its PodGroup — one per RoleSet for a RoleSet-level strategy,
 //! one per PodSet for a role-level one — owned by it, with `minMember` the gang's pods, and
 //! its pods carry the membership keys; a PodGroup deleted by someone else is made again, a
-//! strategy change updates it, and deleting the owner removes it.
+//! strategy change updates it, and deleting the owner removes it. `kubectl apply` warns of a
+//! strategy whose CRD is missing. The gang samples get the same PodGroups, and their rollouts
+//! keep every gang whole at every observed state: a gang is one unit of the budgets.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use e2e::operator::Operator;
-use e2e::{TestNamespace, client, install_crds, kubectl, shared_dir, wait_for};
+use e2e::roles::{hash_of, is_ready, replay, role_of, set_role_image, stormservice_settled};
+use e2e::{Observed, Recorder};
+use e2e::{
+    TestNamespace, apply, client, documents, install_crds, kubectl, shared_dir, wait_for,
+    workspace_root,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use squall::api::podgroup::{
-    CoschedulingKind, GodelKind, KEY_VOLCANO_GROUP_NAME, PodGroup, Scheduler, SchedulerKind,
-    VolcanoKind,
+    CoschedulingKind, GodelKind, KEY_VOLCANO_GROUP_NAME, LABEL_COSCHEDULING_POD_GROUP, PodGroup,
+    Scheduler, SchedulerKind, VolcanoKind,
 };
-use squall::api::{PodSet, RoleSet};
+use squall::api::{PodSet, RoleSet, StormService};
 use squall::planner::podgroup::member_keys;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -267,6 +275,33 @@ async fn gangs_get_their_podgroups_and_a_missing_crd_is_said() {
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
 
+    // No CRD: `kubectl apply` is warned, naming the field and the CRD.
+    let gang_service = std::fs::read_to_string(workspace_root().join(GANG_SAMPLES)).unwrap();
+    let warned = |applied: &e2e::KubectlOutput| {
+        assert!(applied.success, "dry-run apply: {}", applied.stderr);
+        applied.stderr.contains("Warning: ")
+            && applied.stderr.contains(
+                "spec.template.spec.schedulingStrategy.volcanoSchedulingStrategy: the cluster \
+                 does not serve podgroups.scheduling.volcano.sh",
+            )
+    };
+    let dry_run = || {
+        kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-n",
+                ns.name(),
+                "-f",
+                "-",
+            ],
+            Some(&gang_service),
+        )
+    };
+    let applied = dry_run();
+    assert!(warned(&applied), "no CRD warning: {}", applied.stderr);
+
     // No CRD: the pods run, and the RoleSet says the gang guarantee is absent.
     let early = roleset(
         "early",
@@ -307,6 +342,24 @@ async fn gangs_get_their_podgroups_and_a_missing_crd_is_said() {
 
     // The CRDs arrive: the waiting RoleSet gets its PodGroup, and the condition goes.
     podgroup_crds(true);
+    // The webhooks learn of them at their next lookup, and stop warning.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let applied = dry_run();
+        if !warned(&applied) {
+            assert!(
+                !applied.stderr.contains("podgroups.scheduling"),
+                "{}",
+                applied.stderr
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still warned of the CRD {TIMEOUT:?} after it was installed"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     podgroup::<VolcanoKind>(
         &client,
         ns.name(),
@@ -376,4 +429,319 @@ async fn gangs_get_their_podgroups_and_a_missing_crd_is_said() {
     )
     .await
     .unwrap();
+}
+
+/// The gang samples (AIBrix manifests with scheduling strategies).
+const GANG_SAMPLES: &str = "manifests/samples/stormservice-gang.yaml";
+
+/// How one StormService's gangs may stand at any observed state of a rollout.
+struct GangBudget {
+    /// The StormService.
+    service: &'static str,
+    /// The pod label naming a member's PodGroup.
+    key: &'static str,
+    /// Pods per gang.
+    size: usize,
+    /// Gangs present at most (replicas + maxSurge), terminating ones included.
+    most: usize,
+    /// Gangs whole — every member there, live and Ready — at least (replicas -
+    /// maxUnavailable).
+    least_whole: usize,
+}
+
+/// The gangs of `budget.service` at one observed state: members by the PodGroup they name.
+fn gangs<'a>(
+    event: usize,
+    state: &'a BTreeMap<String, Pod>,
+    budget: &GangBudget,
+) -> BTreeMap<String, Vec<&'a Pod>> {
+    let mut gangs: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    for pod in state.values() {
+        if pod.labels().get("storm-service-name").map(String::as_str) != Some(budget.service) {
+            continue;
+        }
+        let gang = pod.labels().get(budget.key).unwrap_or_else(|| {
+            panic!(
+                "event {event}: pod {} of a gang-scheduled service has no {}",
+                pod.name_any(),
+                budget.key
+            )
+        });
+        gangs.entry(gang.clone()).or_default().push(pod);
+    }
+    gangs
+}
+
+/// The pods as `events` leave them.
+fn state_after(events: &[Observed<Pod>]) -> BTreeMap<String, Pod> {
+    let mut state = BTreeMap::new();
+    for event in events {
+        event.apply_to(&mut state);
+    }
+    state
+}
+
+/// Checks `budget` at one observed state of the pods: each gang (its members by the PodGroup
+/// name they carry) holds at most its size and one template revision per role, no more gangs
+/// than `most` exist and at least `least_whole` are whole. Returns the gangs seen.
+fn assert_gangs(event: usize, state: &BTreeMap<String, Pod>, budget: &GangBudget) -> Vec<String> {
+    let gangs = gangs(event, state, budget);
+    let service = budget.service;
+    assert!(
+        gangs.len() <= budget.most,
+        "event {event}: {service} has {} gangs, at most {}: {:?}",
+        gangs.len(),
+        budget.most,
+        gangs.keys().collect::<Vec<_>>()
+    );
+    let mut whole = 0;
+    for (gang, members) in &gangs {
+        assert!(
+            members.len() <= budget.size,
+            "event {event}: gang {gang} has {} pods, more than its {}",
+            members.len(),
+            budget.size
+        );
+        let mut revisions: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for pod in members {
+            revisions
+                .entry(role_of(pod))
+                .or_default()
+                .insert(hash_of(pod));
+        }
+        assert!(
+            revisions.values().all(|hashes| hashes.len() == 1),
+            "event {event}: gang {gang} mixes revisions: {revisions:?}"
+        );
+        if members.len() == budget.size
+            && members
+                .iter()
+                .all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+        {
+            whole += 1;
+        }
+    }
+    assert!(
+        whole >= budget.least_whole,
+        "event {event}: {service} has {whole} whole, Ready gangs, at least {}",
+        budget.least_whole
+    );
+    gangs.into_keys().collect()
+}
+
+/// The resourceVersion at which each object was first observed (its creation: recording
+/// starts before any exists). On one etcd these order writes, which is all the local
+/// control plane has.
+fn first_seen<K: kube::Resource + Clone>(events: &[Observed<K>]) -> BTreeMap<String, u64> {
+    let mut first = BTreeMap::new();
+    for event in events {
+        for object in event.applied() {
+            let version = object
+                .meta()
+                .resource_version
+                .as_deref()
+                .unwrap_or_default();
+            first
+                .entry(object.meta().name.clone().unwrap_or_default())
+                .or_insert_with(|| version.parse::<u64>().expect("a numeric resourceVersion"));
+        }
+    }
+    first
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); starts its own operator"]
+async fn the_gang_samples_get_their_podgroups_and_roll_out_gang_by_gang() {
+    install_crds();
+    podgroup_crds(true);
+    let _operator = Operator::start("gang-roll", &["--controllers=true"]);
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "gang-roll").await;
+    let services: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let podsets: Api<PodSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let volcano: Api<PodGroup<VolcanoKind>> = Api::namespaced(client.clone(), ns.name());
+    let cosched: Api<PodGroup<CoschedulingKind>> = Api::namespaced(client.clone(), ns.name());
+    let (pod_log, volcano_log, cosched_log) = (
+        Recorder::start(pods.clone()).await,
+        Recorder::start(volcano.clone()).await,
+        Recorder::start(cosched.clone()).await,
+    );
+
+    // As written, but for `schedulerName`: the local control plane runs the default
+    // scheduler only, which leaves pods named for Volcano's unscheduled.
+    for mut doc in documents(&workspace_root().join(GANG_SAMPLES)) {
+        for role in doc["spec"]["template"]["spec"]["roles"]
+            .as_array_mut()
+            .unwrap()
+        {
+            if let Some(pod) = role["template"]["spec"].as_object_mut() {
+                pod.remove("schedulerName");
+            }
+        }
+        let out = apply(ns.name(), &doc.to_string());
+        assert!(
+            out.success,
+            "applying {}: {}",
+            doc["metadata"]["name"], out.stderr
+        );
+    }
+    for name in ["vllm-gang", "tp-gang"] {
+        wait_for(&services, name, &format!("{name} settled"), TIMEOUT, |s| {
+            stormservice_settled(s, None)
+        })
+        .await
+        .unwrap();
+    }
+
+    // vllm-gang: a Volcano PodGroup per RoleSet, minMember its 3 pods, the queue as written.
+    let sets = labelled(&rolesets, "storm-service-name", "vllm-gang", 2).await;
+    for set in &sets {
+        let name = set.name_any();
+        let spec = podgroup::<VolcanoKind>(
+            &client,
+            ns.name(),
+            &name,
+            "roleset-name",
+            &set.uid().unwrap(),
+            3,
+        )
+        .await;
+        assert_eq!(spec["queue"], "default", "{name}");
+        for pod in labelled(&pods, "roleset-name", &name, 3).await {
+            assert_eq!(
+                pod.labels()[KEY_VOLCANO_GROUP_NAME],
+                name,
+                "{}",
+                pod.name_any()
+            );
+            assert_eq!(
+                pod.annotations()[KEY_VOLCANO_GROUP_NAME],
+                name,
+                "{}",
+                pod.name_any()
+            );
+        }
+    }
+    // tp-gang: a coscheduling PodGroup per PodSet, minMember its 2 pods.
+    for set in &labelled(&podsets, "storm-service-name", "tp-gang", 3).await {
+        let name = set.name_any();
+        let spec = podgroup::<CoschedulingKind>(
+            &client,
+            ns.name(),
+            &name,
+            "stormservice.orchestration.aibrix.ai/podset-name",
+            &set.uid().unwrap(),
+            2,
+        )
+        .await;
+        assert_eq!(spec["scheduleTimeoutSeconds"], 60, "{name}");
+        for pod in labelled(
+            &pods,
+            "stormservice.orchestration.aibrix.ai/podset-name",
+            &name,
+            2,
+        )
+        .await
+        {
+            assert_eq!(
+                pod.labels()[LABEL_COSCHEDULING_POD_GROUP],
+                name,
+                "{}",
+                pod.name_any()
+            );
+        }
+    }
+
+    // Both roll out at once: whole RoleSets (vllm-gang's gangs), whole PodSets (tp-gang's).
+    let rollout_from = pod_log.events().len();
+    for name in ["vllm-gang", "tp-gang"] {
+        set_role_image(
+            &services,
+            name,
+            0,
+            "registry.k8s.io/e2e-test-images/agnhost:2.54",
+        )
+        .await;
+    }
+    for name in ["vllm-gang", "tp-gang"] {
+        let generation = services.get(name).await.unwrap().metadata.generation;
+        wait_for(
+            &services,
+            name,
+            &format!("{name} rolled out"),
+            TIMEOUT,
+            |s| stormservice_settled(s, generation),
+        )
+        .await
+        .unwrap();
+    }
+    pod_log.catch_up(&pods).await;
+
+    let budgets = [
+        // replicas 2, maxSurge 1, maxUnavailable 0: a gang is a RoleSet of 3 pods.
+        GangBudget {
+            service: "vllm-gang",
+            key: KEY_VOLCANO_GROUP_NAME,
+            size: 3,
+            most: 3,
+            least_whole: 2,
+        },
+        // role replicas 3, maxSurge 1, maxUnavailable 0: a gang is a PodSet of 2 pods.
+        GangBudget {
+            service: "tp-gang",
+            key: LABEL_COSCHEDULING_POD_GROUP,
+            size: 2,
+            most: 4,
+            least_whole: 3,
+        },
+    ];
+    let events = pod_log.events();
+    let mut seen: [BTreeSet<String>; 2] = Default::default();
+    replay(&events, rollout_from, |event, state| {
+        for (budget, seen) in budgets.iter().zip(&mut seen) {
+            seen.extend(assert_gangs(event, state, budget));
+        }
+    });
+    // Every gang was replaced, and only gangs of the two revisions were ever seen: the new
+    // revision's gangs are new PodGroups.
+    let (start, end) = (state_after(&events[..rollout_from]), state_after(&events));
+    for i in 0..2 {
+        let before: BTreeSet<String> = gangs(rollout_from, &start, &budgets[i])
+            .into_keys()
+            .collect();
+        let after: BTreeSet<String> = gangs(events.len(), &end, &budgets[i]).into_keys().collect();
+        assert!(
+            before.len() == after.len()
+                && before.is_disjoint(&after)
+                && seen[i] == &before | &after,
+            "{}: gangs before {before:?}, after {after:?}, seen {:?}",
+            budgets[i].service,
+            seen[i]
+        );
+    }
+
+    // Every pod came after its PodGroup.
+    volcano_log.catch_up(&volcano).await;
+    cosched_log.catch_up(&cosched).await;
+    let mut groups = first_seen(&volcano_log.events());
+    groups.extend(first_seen(&cosched_log.events()));
+    let members = first_seen(&events);
+    for pod in events.iter().flat_map(|e| e.applied()) {
+        let Some(group) = [KEY_VOLCANO_GROUP_NAME, LABEL_COSCHEDULING_POD_GROUP]
+            .iter()
+            .find_map(|key| pod.labels().get(*key))
+        else {
+            continue;
+        };
+        let made = groups
+            .get(group)
+            .unwrap_or_else(|| panic!("pod {} joins {group}, never seen", pod.name_any()));
+        assert!(
+            made < &members[&pod.name_any()],
+            "pod {} was made before its PodGroup {group}",
+            pod.name_any()
+        );
+    }
 }

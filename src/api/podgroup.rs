@@ -76,6 +76,46 @@ impl Scheduler {
     }
 }
 
+/// Which schedulers' PodGroup CRDs the cluster serves, as last looked up. `Unknown` where
+/// nothing looked, or no lookup has answered yet (`squall lint`, a webhook whose lookups are
+/// refused): nothing is said about a CRD then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodGroupCrds {
+    /// Not looked up.
+    #[default]
+    Unknown,
+    /// Looked up: one bit per served scheduler (its position in [`Scheduler::ALL`]).
+    Known(u8),
+}
+
+impl PodGroupCrds {
+    /// Known to serve exactly `served`.
+    pub fn known(served: impl IntoIterator<Item = Scheduler>) -> Self {
+        Self::Known(served.into_iter().fold(0, |bits, s| bits | s.bit()))
+    }
+
+    /// Whether `scheduler`'s CRD is known to be served.
+    pub fn serves(self, scheduler: Scheduler) -> bool {
+        matches!(self, Self::Known(bits) if bits & scheduler.bit() != 0)
+    }
+
+    /// Whether `scheduler`'s CRD is known to be missing.
+    pub fn lacks(self, scheduler: Scheduler) -> bool {
+        matches!(self, Self::Known(bits) if bits & scheduler.bit() == 0)
+    }
+
+    /// Whether any scheduler's CRD is known to be missing.
+    pub fn lacks_any(self) -> bool {
+        Scheduler::ALL.into_iter().any(|s| self.lacks(s))
+    }
+}
+
+impl Scheduler {
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
 /// Pod label naming a scheduler-plugins PodGroup.
 pub const LABEL_COSCHEDULING_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
 /// Pod label and annotation naming a Volcano PodGroup.
@@ -178,6 +218,17 @@ mod tests {
             PodGroup::<CoschedulingKind>::group(&()),
             "scheduling.x-k8s.io"
         );
+    }
+
+    #[test]
+    fn crds_known_missing_only_after_a_lookup() {
+        let unknown = PodGroupCrds::default();
+        assert!(!unknown.lacks_any());
+        assert!(!unknown.serves(Scheduler::Volcano));
+        let some = PodGroupCrds::known([Scheduler::Volcano, Scheduler::Godel]);
+        assert!(some.serves(Scheduler::Volcano) && some.serves(Scheduler::Godel));
+        assert!(some.lacks(Scheduler::Coscheduling) && some.lacks_any());
+        assert!(!PodGroupCrds::known(Scheduler::ALL).lacks_any());
     }
 
     #[test]

@@ -11,9 +11,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
+use super::podgroup::Scheduler;
 use super::view::{
-    IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SelectorView,
-    StatusView, StepView, StormServiceSpecView, StormServiceView, Str,
+    IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SchedulingView,
+    SelectorView, StatusView, StepView, StormServiceSpecView, StormServiceView, Str,
 };
 use super::{
     CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
@@ -477,6 +478,35 @@ impl<'a> View<'a> {
             ),
             Spec::RoleSet(spec) => view_bounds("spec", 0, Some(spec)),
         }
+    }
+
+    /// The gang scheduler each `schedulingStrategy` of the object names, with the path of
+    /// its field (`….schedulingStrategy.volcanoSchedulingStrategy`).
+    pub fn gang_schedulers(&self) -> Vec<(String, Scheduler)> {
+        let (path, spec) = match &self.spec {
+            Spec::StormService(spec) => ("spec.template.spec", spec.template.spec.as_ref()),
+            Spec::RoleSet(spec) => ("spec", Some(spec)),
+        };
+        let Some(spec) = spec else {
+            return Vec::new();
+        };
+        let named = |path: String, strategy: Option<&SchedulingView>| {
+            let scheduler = strategy?.scheduler()?;
+            Some((
+                format!("{path}.schedulingStrategy.{}", scheduler.strategy_field()),
+                scheduler,
+            ))
+        };
+        let roles = spec.roles.as_deref().unwrap_or_default();
+        named(path.to_string(), spec.scheduling_strategy.as_ref())
+            .into_iter()
+            .chain(roles.iter().enumerate().filter_map(|(i, role)| {
+                named(
+                    format!("{path}.roles[{i}]"),
+                    role.scheduling_strategy.as_ref(),
+                )
+            }))
+            .collect()
     }
 
     /// Whether the spec is the same as `other`'s: byte for byte, or as JSON values.

@@ -455,6 +455,21 @@ impl SchedulingView {
             self.volcano_scheduling_strategy.is_some(),
         )
     }
+
+    /// The scheduler it names, when it names exactly one (two are denied).
+    pub fn scheduler(&self) -> Option<super::podgroup::Scheduler> {
+        use super::podgroup::Scheduler;
+        match (
+            self.coscheduling_scheduling_strategy.is_some(),
+            self.volcano_scheduling_strategy.is_some(),
+            self.godel_scheduling_strategy.is_some(),
+        ) {
+            (true, false, false) => Some(Scheduler::Coscheduling),
+            (false, true, false) => Some(Scheduler::Volcano),
+            (false, false, true) => Some(Scheduler::Godel),
+            _ => None,
+        }
+    }
 }
 
 /// What the rules read of a stored StormService's status.

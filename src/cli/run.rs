@@ -17,6 +17,7 @@ use webhook_certs::manager::{CertState, Configs, Source};
 use webhook_certs::store::Store;
 
 use crate::admin::{self, Readiness};
+use crate::api::podgroup::PodGroupCrds;
 use crate::controller::aibrix_guard::AibrixLease;
 use crate::metrics::Metrics;
 use crate::server::{self, CertResolver};
@@ -275,10 +276,18 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         resolver.clone(),
         metrics.clone(),
     ));
+    // Which gang schedulers' PodGroups can be made: the webhooks warn of the others, the
+    // controllers make PodGroups for these.
+    let (crds_tx, crds_rx) = watch::channel(PodGroupCrds::Unknown);
+    let crd_lookup = tokio::spawn(crate::controller::podgroups::look_for_crds(
+        crate::client::counted(config.clone(), metrics.clone(), "crds")
+            .context("building the API client")?,
+        crds_tx,
+    ));
     let webhooks = tokio::spawn(server::serve_tls(
         webhook_listener,
         server::tls_config(resolver),
-        server::webhook_router(metrics.clone()),
+        server::webhook_router(metrics.clone(), crds_rx.clone()),
         shutdown_rx.clone(),
     ));
     let readiness = Readiness {
@@ -317,8 +326,16 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
-            if let Err(error) =
-                run_controllers(config, metrics, &namespaces, election, aibrix_lease, stop).await
+            if let Err(error) = run_controllers(
+                config,
+                metrics,
+                &namespaces,
+                election,
+                aibrix_lease,
+                crds_rx,
+                stop,
+            )
+            .await
             {
                 tracing::error!(%error, "controllers stopped");
                 std::process::exit(1);
@@ -334,6 +351,7 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         let _ = controllers.await;
     }
     publisher.abort();
+    crd_lookup.abort();
     if configs_mode == WebhookConfigs::Register {
         // A registration pointing at a stopped local server would block every apply.
         deregister(&client, &args.release).await;
@@ -407,14 +425,22 @@ async fn run_controllers(
     namespaces: &[String],
     election: Option<Election>,
     aibrix_lease: Option<AibrixLease>,
+    podgroup_crds: watch::Receiver<PodGroupCrds>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let Some(election) = election else {
         tracing::info!("starting controllers (no leader election)");
         metrics.set_leader(true);
-        crate::controller::run(config, metrics, namespaces, aibrix_lease, async move {
-            let _ = stop.changed().await;
-        })
+        crate::controller::run(
+            config,
+            metrics,
+            namespaces,
+            aibrix_lease,
+            podgroup_crds,
+            async move {
+                let _ = stop.changed().await;
+            },
+        )
         .await?;
         return Ok(());
     };
@@ -456,6 +482,7 @@ async fn run_controllers(
         metrics.clone(),
         namespaces,
         aibrix_lease,
+        podgroup_crds,
         async move {
             let _ = stop.changed().await;
         },

@@ -24,11 +24,13 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+use tokio::sync::watch;
 
 use self::aibrix_guard::AibrixGuard;
 use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
+use crate::api::podgroup::PodGroupCrds;
 use crate::api::{PodSet, RoleSet, StormService};
 use crate::metrics::Metrics;
 use crate::planner::status::{coalesce_window, only_informational_differ};
@@ -181,6 +183,7 @@ impl Caches {
         client: &Client,
         namespace: Option<&str>,
         metrics: &Arc<Metrics>,
+        podgroup_crds: watch::Receiver<PodGroupCrds>,
     ) -> (Arc<Self>, Vec<BoxFuture<'static, ()>>) {
         let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
         macro_rules! cache {
@@ -217,6 +220,7 @@ impl Caches {
             podgroups: Arc::default(),
         };
         drivers.push(Box::pin(caches.podgroups.clone().run(
+            podgroup_crds,
             client.clone(),
             namespace.map(String::from),
             metrics.clone(),
@@ -886,12 +890,14 @@ where
 
 /// Runs the StormService, RoleSet and PodSet controllers until `shutdown` resolves: over every
 /// namespace when `namespaces` is empty, else one set per listed namespace (so a namespaced
-/// install needs only Roles in those namespaces).
+/// install needs only Roles in those namespaces). `podgroup_crds` says which gang
+/// schedulers' PodGroups can be made ([`podgroups::look_for_crds`]).
 pub async fn run(
     config: kube::Config,
     metrics: Arc<Metrics>,
     namespaces: &[String],
     aibrix_lease: Option<aibrix_guard::AibrixLease>,
+    podgroup_crds: watch::Receiver<PodGroupCrds>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), kube::Error> {
     let client = |name| crate::client::counted(config.clone(), metrics.clone(), name);
@@ -914,11 +920,16 @@ pub async fn run(
     } else {
         namespaces.iter().map(|ns| Some(ns.as_str())).collect()
     };
-    let scopes = futures::future::join_all(
-        scopes
-            .into_iter()
-            .map(|namespace| run_scope(&clients, namespace, &metrics, &guard, shutdown.clone())),
-    );
+    let scopes = futures::future::join_all(scopes.into_iter().map(|namespace| {
+        run_scope(
+            &clients,
+            namespace,
+            &metrics,
+            &guard,
+            podgroup_crds.clone(),
+            shutdown.clone(),
+        )
+    }));
     match guard_driver {
         // The guard keeps reading AIBrix's Lease for as long as the controllers run.
         Some(driver) => {
@@ -1011,9 +1022,10 @@ async fn run_scope(
     namespace: Option<&str>,
     metrics: &Arc<Metrics>,
     guard: &Option<Arc<AibrixGuard>>,
+    podgroup_crds: watch::Receiver<PodGroupCrds>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    let (caches, drivers) = Caches::new(&clients.cache, namespace, metrics);
+    let (caches, drivers) = Caches::new(&clients.cache, namespace, metrics, podgroup_crds);
     let context = |client: &Client| {
         Arc::new(
             Context::new(client.clone(), caches.clone(), metrics.clone()).guarded_by(guard.clone()),
@@ -1096,7 +1108,12 @@ mod tests {
     async fn a_delete_that_failed_is_sent_again_by_the_next_pass() {
         let metrics = Arc::new(Metrics::default());
         let client = unreachable();
-        let (caches, _never_run) = Caches::new(&client, Some("ns"), &metrics);
+        let (caches, _never_run) = Caches::new(
+            &client,
+            Some("ns"),
+            &metrics,
+            watch::channel(PodGroupCrds::Unknown).1,
+        );
         let ctx = Context::new(client, caches, metrics);
         let owner: RoleSet = serde_json::from_value(serde_json::json!({
             "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
@@ -1175,7 +1192,12 @@ mod tests {
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
                 .unwrap();
         let metrics = Arc::new(Metrics::default());
-        let (caches, _) = Caches::new(&client, None, &metrics);
+        let (caches, _) = Caches::new(
+            &client,
+            None,
+            &metrics,
+            watch::channel(PodGroupCrds::Unknown).1,
+        );
         let ctx = Context::new(client, caches, metrics);
         let object = |uid: &str| {
             let mut rs = RoleSet::new("rs", Default::default());

@@ -3,7 +3,6 @@
 //! only for a scheduler whose CRD exists (as AIBrix does), and a cache starts only then: a
 //! watch on a resource that is not served fails for as long as it runs.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use super::cache::Cache;
 use super::{Context, Error};
 use crate::api::common::SchedulingStrategy;
 use crate::api::podgroup::{
-    CoschedulingKind, GodelKind, PodGroup, Scheduler, SchedulerKind, VolcanoKind,
+    CoschedulingKind, GodelKind, PodGroup, PodGroupCrds, Scheduler, SchedulerKind, VolcanoKind,
 };
 use crate::metrics::Metrics;
 use crate::planner::podgroup::{self as plan, GangOwner};
@@ -129,9 +128,45 @@ where
     }
 }
 
-/// How often the PodGroup CRDs are looked for (by name: three GETs): a scheduler installed
-/// after squall gets its PodGroups within this.
+/// How often the PodGroup CRDs are looked for (by name: three metadata GETs): a scheduler
+/// installed after squall gets its PodGroups — and the webhooks stop warning — within this.
 pub const CRD_POLL: Duration = Duration::from_secs(10);
+
+/// Looks for the PodGroup CRDs every [`CRD_POLL`] for as long as the process runs, and
+/// publishes what the cluster serves to the webhooks and the controllers. A lookup that
+/// fails (refused, or the API server away) keeps what the last one said of that CRD, and
+/// nothing is said until every CRD has been looked up once.
+pub async fn look_for_crds(client: Client, crds: watch::Sender<PodGroupCrds>) {
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let mut poll = tokio::time::interval(CRD_POLL);
+    let mut failing = false;
+    loop {
+        poll.tick().await;
+        let before = *crds.borrow();
+        let mut served = Vec::new();
+        let mut answered = true;
+        for scheduler in Scheduler::ALL {
+            match api.get_metadata_opt(&scheduler.crd_name()).await {
+                Ok(Some(_)) => served.push(scheduler),
+                Ok(None) => {}
+                Err(error) => {
+                    if !failing {
+                        tracing::warn!(crd = %scheduler.crd_name(), %error, "PodGroup CRD lookup failed");
+                    }
+                    answered = false;
+                    served.extend(before.serves(scheduler).then_some(scheduler));
+                }
+            }
+        }
+        failing = !answered;
+        let now = if answered || before != PodGroupCrds::Unknown {
+            PodGroupCrds::known(served)
+        } else {
+            PodGroupCrds::Unknown
+        };
+        crds.send_if_modified(|crds| std::mem::replace(crds, now) != now);
+    }
+}
 
 /// How soon an owner whose PodGroup is not in the cache yet is looked at again (its pods
 /// wait for it).
@@ -165,7 +200,7 @@ pub struct PodGroupCaches {
     coscheduling: OnceLock<Arc<Cache<PodGroup<CoschedulingKind>>>>,
     volcano: OnceLock<Arc<Cache<PodGroup<VolcanoKind>>>>,
     godel: OnceLock<Arc<Cache<PodGroup<GodelKind>>>>,
-    served: watch::Sender<BTreeSet<Scheduler>>,
+    served: watch::Sender<PodGroupCrds>,
     /// The controlling owner (kind, namespace, name) of every PodGroup that changed.
     owners: broadcast::Sender<(String, String, String)>,
 }
@@ -202,8 +237,8 @@ impl PodGroupCaches {
         })
     }
 
-    /// Ticks each time a PodGroup CRD is found: every RoleSet and PodSet is reconciled then
-    /// (the gangs that were waiting for it, or running without it).
+    /// Ticks each time a PodGroup CRD is found or goes: every RoleSet and PodSet is
+    /// reconciled then (the gangs that were waiting for it, or now running without it).
     pub fn found(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
         futures::stream::unfold(self.served.subscribe(), |mut served| async move {
             served.changed().await.ok()?;
@@ -215,7 +250,7 @@ impl PodGroupCaches {
     /// The scheduler `strategy` names when its PodGroup CRD is not served.
     pub fn unserved(&self, strategy: Option<&SchedulingStrategy>) -> Option<Scheduler> {
         let scheduler = strategy.and_then(plan::requested)?.scheduler;
-        (!self.served.borrow().contains(&scheduler)).then_some(scheduler)
+        (!self.served.borrow().serves(scheduler)).then_some(scheduler)
     }
 
     /// The PodGroup `name` of `scheduler` in `namespace`.
@@ -239,7 +274,7 @@ impl PodGroupCaches {
                 None => Lookup::Absent,
             }
         }
-        if !self.served.borrow().contains(&scheduler) {
+        if !self.served.borrow().serves(scheduler) {
             return Lookup::NotServed;
         }
         match scheduler {
@@ -249,35 +284,36 @@ impl PodGroupCaches {
         }
     }
 
-    /// Looks for the CRDs every [`CRD_POLL`] and starts the cache of each one found, in
-    /// `namespace` (all when `None`). Runs until the process stops.
+    /// Follows what [`look_for_crds`] finds, starting the cache of each served CRD's
+    /// PodGroups in `namespace` (all when `None`). Runs until the process stops.
     pub async fn run(
         self: Arc<Self>,
+        mut crds: watch::Receiver<PodGroupCrds>,
         client: Client,
         namespace: Option<String>,
         metrics: Arc<Metrics>,
     ) {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let mut poll = tokio::time::interval(CRD_POLL);
         loop {
-            poll.tick().await;
+            let now = *crds.borrow_and_update();
+            let before = *self.served.borrow();
             for scheduler in Scheduler::ALL {
-                if self.served.borrow().contains(&scheduler) {
-                    continue; // once served, a cache watches; a removed CRD shows as watch errors
-                }
-                match crds.get_opt(&scheduler.crd_name()).await {
-                    Ok(Some(_)) => {
+                match (before.serves(scheduler), now.serves(scheduler)) {
+                    (false, true) => {
+                        // Once started, a cache outlives its CRD (its watch retries).
                         self.start(scheduler, &client, namespace.as_deref(), &metrics);
-                        self.served.send_modify(|served| {
-                            served.insert(scheduler);
-                        });
                         tracing::info!(crd = %scheduler.crd_name(), "PodGroup CRD found; PodGroups will be made");
                     }
-                    Ok(None) => {}
-                    Err(error) => {
-                        tracing::warn!(crd = %scheduler.crd_name(), %error, "PodGroup CRD lookup failed")
+                    (true, false) => {
+                        tracing::warn!(crd = %scheduler.crd_name(), "PodGroup CRD gone; gangs run without it");
                     }
+                    _ => {}
                 }
+            }
+            self.served
+                .send_if_modified(|served| std::mem::replace(served, now) != now);
+            if crds.changed().await.is_err() {
+                // The lookup stopped (the process is stopping): what it said last holds.
+                std::future::pending::<()>().await;
             }
         }
     }
@@ -296,6 +332,9 @@ impl PodGroupCaches {
             namespace: Option<&str>,
             metrics: &Arc<Metrics>,
         ) {
+            if slot.get().is_some() {
+                return;
+            }
             let api = match namespace {
                 Some(namespace) => Api::namespaced(client.clone(), namespace),
                 None => Api::all(client.clone()),
@@ -365,9 +404,9 @@ mod tests {
             caches.lookup(Scheduler::Volcano, "ns", "g"),
             Lookup::NotServed
         );
-        caches.served.send_modify(|s| {
-            s.insert(Scheduler::Volcano);
-        });
+        caches
+            .served
+            .send_replace(PodGroupCrds::known([Scheduler::Volcano]));
         // Served, but no cache started yet: the caller waits rather than create blindly.
         assert_eq!(
             caches.lookup(Scheduler::Volcano, "ns", "g"),

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::api::GROUP;
 use crate::api::defaults::{PatchWriter, write_defaults, write_view_defaults};
+use crate::api::podgroup::PodGroupCrds;
 use crate::api::validation::{FieldError, OwnedKind, Report, View, validate_json, validate_view};
 use crate::api::view::Str;
 
@@ -161,6 +162,23 @@ impl Decision {
         Self {
             warnings,
             ..Self::default()
+        }
+    }
+
+    /// Warns, when the object is allowed, of each gang strategy whose scheduler's PodGroup
+    /// CRD the cluster is known not to serve: its pods will run without the gang guarantee.
+    fn say_missing_crds(&mut self, view: &View<'_>, crds: PodGroupCrds) {
+        if self.denial.is_some() || !crds.lacks_any() {
+            return;
+        }
+        for (path, scheduler) in view.gang_schedulers() {
+            if crds.lacks(scheduler) {
+                self.warnings.push(format!(
+                    "{path}: the cluster does not serve {} (the PodGroup CRD); the pods are \
+                     created without the gang guarantee until it is installed",
+                    scheduler.crd_name()
+                ));
+            }
         }
     }
 
@@ -360,14 +378,20 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
     }
 }
 
-/// Answers one AdmissionReview body for `hook`.
+/// Answers one AdmissionReview body for `hook`, knowing nothing of the cluster.
 pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
-    review_in_one_pass(hook, body).map_or_else(|| review_in_general(hook, body), Ok)
+    review_knowing(hook, body, PodGroupCrds::Unknown)
+}
+
+/// Answers one AdmissionReview body for `hook`, where the cluster serves the PodGroup CRDs
+/// `crds` says: an allowed object whose gang scheduler's CRD is missing is warned about.
+pub fn review_knowing(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answer, BadRequest> {
+    review_in_one_pass(hook, body, crds).map_or_else(|| review_in_general(hook, body, crds), Ok)
 }
 
 /// [`review`] of any body: the review read first with its objects as JSON, which are then
 /// read for the rules.
-fn review_in_general(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
+fn review_in_general(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answer, BadRequest> {
     let review: ReviewView<'_, ObjectJson<'_>> =
         serde_json::from_slice(body).map_err(|e| BadRequest::NotAdmissionReview(e.to_string()))?;
     if review.kind != "AdmissionReview" || review.api_version != "admission.k8s.io/v1" {
@@ -380,7 +404,7 @@ fn review_in_general(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
     Ok(answer(
         hook,
         body.len(),
-        decide(hook, &request),
+        decide(hook, &request, crds),
         &request.uid,
     ))
 }
@@ -391,7 +415,7 @@ fn review_in_general(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
 /// runtime-sidecar annotation — which the general path of [`review`] answers; where this
 /// answers, it answers as that path would (the pinned admission answers and a property test
 /// hold both to it).
-fn review_in_one_pass(hook: Hook, body: &[u8]) -> Option<Answer> {
+fn review_in_one_pass(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Option<Answer> {
     use crate::api::view::{ObjectView, RoleSetView, StormServiceView};
     /// The sidecar annotation's name without its '/', which JSON may write escaped.
     static SIDECAR: LazyLock<memmem::Finder<'static>> =
@@ -406,15 +430,17 @@ fn review_in_one_pass(hook: Hook, body: &[u8]) -> Option<Answer> {
         }
     } else if names_stored_object(body.as_bytes()) {
         // An update: the rules compare the spec's JSON with the stored object's.
-        return in_one_pass(hook, body, |o: MapOnly<ObjectView<'_>>| {
+        return in_one_pass(hook, body, crds, |o: MapOnly<ObjectView<'_>>| {
             View::of_object(kind, o.0)
         });
     }
     match kind {
-        OwnedKind::StormService => in_one_pass(hook, body, |o: MapOnly<StormServiceView<'_>>| {
-            View::of_stormservice(o.0)
-        }),
-        OwnedKind::RoleSet => in_one_pass(hook, body, |o: MapOnly<RoleSetView<'_>>| {
+        OwnedKind::StormService => {
+            in_one_pass(hook, body, crds, |o: MapOnly<StormServiceView<'_>>| {
+                View::of_stormservice(o.0)
+            })
+        }
+        OwnedKind::RoleSet => in_one_pass(hook, body, crds, |o: MapOnly<RoleSetView<'_>>| {
             View::of_roleset(o.0)
         }),
         OwnedKind::PodSet => None,
@@ -425,6 +451,7 @@ fn review_in_one_pass(hook: Hook, body: &[u8]) -> Option<Answer> {
 fn in_one_pass<'a, O: Deserialize<'a>>(
     hook: Hook,
     body: &'a str,
+    crds: PodGroupCrds,
     view: impl FnOnce(O) -> Option<View<'a>>,
 ) -> Option<Answer> {
     let review: ReviewView<'a, O> = serde_json::from_str(body).ok()?;
@@ -448,7 +475,9 @@ fn in_one_pass<'a, O: Deserialize<'a>>(
         if old.is_some() && view.object.spec.is_none() {
             return None; // read without the spec's JSON, which an update compares
         }
-        Decision::from(validate_view(hook.owned_kind(), &view, old))
+        let mut decision = Decision::from(validate_view(hook.owned_kind(), &view, old));
+        decision.say_missing_crds(&view, crds);
+        decision
     };
     Some(answer(hook, body.len(), decision, &request.uid))
 }
@@ -502,7 +531,7 @@ fn answer(hook: Hook, request_bytes: usize, mut decision: Decision, uid: &str) -
 /// and the defaults of a full role list fit with room to spare.
 pub const PATCH_HEADROOM: usize = 64 << 10;
 
-fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>) -> Decision {
+fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>, crds: PodGroupCrds) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::default();
     }
@@ -536,7 +565,15 @@ fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>) -> Decision {
         }
     } else {
         let old = req.old_object.as_ref().map(|o| o.0.get());
-        Decision::from(validate_json(kind, object.0.get(), old))
+        let json = object.0.get();
+        let mut decision = Decision::from(validate_json(kind, json, old));
+        if crds.lacks_any()
+            && json.contains("SchedulingStrategy")
+            && let Some(view) = View::parse_once(kind, json)
+        {
+            decision.say_missing_crds(&view, crds);
+        }
+        decision
     }
 }
 
@@ -755,6 +792,49 @@ mod tests {
     }
 
     #[test]
+    fn a_gang_scheduler_without_its_crd_is_warned_about_where_known() {
+        use crate::api::podgroup::Scheduler;
+        let object = roleset(json!([
+            {"name": "a", "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+             "podGroupSize": 2, "schedulingStrategy": {"volcanoSchedulingStrategy": {}}},
+            {"name": "b", "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+             "schedulingStrategy": {"godelSchedulingStrategy": {}}}
+        ]));
+        let warnings = |operation: &str, crds: PodGroupCrds| {
+            let old = (operation == "UPDATE").then(|| object.clone());
+            let body = review_body(Hook::ValidateRoleSet, operation, object.clone(), old);
+            let answer = review_knowing(Hook::ValidateRoleSet, &body, crds).unwrap();
+            assert_eq!(answer.verdict, Verdict::Allowed);
+            let review: Value = serde_json::from_slice(&answer.json).unwrap();
+            review["response"]["warnings"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        };
+        // Both readings of a review (a create in one pass, an update through the JSON).
+        for operation in ["CREATE", "UPDATE"] {
+            let said = warnings(operation, PodGroupCrds::known([Scheduler::Godel]));
+            assert_eq!(said.len(), 1, "{operation}: {said:?}");
+            let said = said[0].as_str().unwrap();
+            assert!(
+                said.starts_with("spec.roles[0].schedulingStrategy.volcanoSchedulingStrategy: ")
+                    && said.contains("podgroups.scheduling.volcano.sh")
+                    && said.contains("without the gang guarantee"),
+                "{operation}: {said}"
+            );
+            assert_eq!(warnings(operation, PodGroupCrds::known([])).len(), 2);
+            assert!(warnings(operation, PodGroupCrds::known(Scheduler::ALL)).is_empty());
+            // Nothing looked up (squall lint, a refused lookup): nothing said.
+            assert!(warnings(operation, PodGroupCrds::Unknown).is_empty());
+        }
+        // Only the validating webhook says it (once per apply).
+        let body = review_body(Hook::MutateRoleSet, "CREATE", object.clone(), None);
+        let answer = review_knowing(Hook::MutateRoleSet, &body, PodGroupCrds::known([])).unwrap();
+        let review: Value = serde_json::from_slice(&answer.json).unwrap();
+        assert!(review["response"]["warnings"].is_null(), "{review}");
+    }
+
+    #[test]
     fn other_kinds_are_allowed_with_a_warning() {
         let mut body: Value = serde_json::from_slice(&review_body(
             Hook::ValidateStormService,
@@ -851,8 +931,9 @@ mod tests {
         ];
         for (hook, operation, object, old) in one_pass {
             let body = review_body(hook, operation, object.clone(), old);
-            let answer = review_in_one_pass(hook, &body).expect("read in one pass");
-            let general = review_in_general(hook, &body).unwrap();
+            let answer =
+                review_in_one_pass(hook, &body, PodGroupCrds::Unknown).expect("read in one pass");
+            let general = review_in_general(hook, &body, PodGroupCrds::Unknown).unwrap();
             assert_eq!(answer.json, general.json, "{hook:?} {operation}");
         }
         let sidecar = stormservice(json!({ANNOTATION_SIDECAR_INJECTION: "true"}));
@@ -871,7 +952,7 @@ mod tests {
         for (hook, operation, object, old) in general {
             let body = review_body(hook, operation, object, old);
             assert!(
-                review_in_one_pass(hook, &body).is_none(),
+                review_in_one_pass(hook, &body, PodGroupCrds::Unknown).is_none(),
                 "{hook:?} {operation}"
             );
         }

@@ -244,6 +244,7 @@ fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::podgroup::{PodGroupCrds, Scheduler};
     use crate::webhook::{Hook, mutation};
     use proptest::prelude::*;
 
@@ -307,8 +308,9 @@ mod tests {
             role_strategy(),
             containers,
             any::<bool>(),
+            scheduling(),
         )
-            .prop_map(|(name, replicas, order, strategy, images, volume)| {
+            .prop_map(|(name, replicas, order, strategy, images, volume, gang)| {
                 let containers: Vec<Value> = images
                     .iter()
                     .enumerate()
@@ -330,9 +332,30 @@ mod tests {
                 set(&mut map, "replicas", replicas);
                 set(&mut map, "upgradeOrder", order);
                 set(&mut map, "updateStrategy", strategy);
+                set(&mut map, "schedulingStrategy", gang);
                 map.insert("template".into(), json!({"spec": pod}));
                 Value::Object(map)
             })
+    }
+
+    /// A `schedulingStrategy`: one scheduler, none, or two (denied).
+    fn scheduling() -> impl Strategy<Value = Option<Value>> {
+        field(vec![
+            json!({"volcanoSchedulingStrategy": {"queue": "q"}}),
+            json!({"coschedulingSchedulingStrategy": {}}),
+            json!({"godelSchedulingStrategy": {"minMember": 2}}),
+            json!({}),
+            json!({"coschedulingSchedulingStrategy": {}, "godelSchedulingStrategy": {}}),
+        ])
+    }
+
+    /// What the cluster is known to serve of the PodGroup CRDs.
+    fn podgroup_crds() -> impl Strategy<Value = PodGroupCrds> {
+        prop_oneof![
+            Just(PodGroupCrds::Unknown),
+            proptest::sample::subsequence(Scheduler::ALL.to_vec(), 0..=3)
+                .prop_map(PodGroupCrds::known),
+        ]
     }
 
     fn roleset_spec() -> impl Strategy<Value = Value> {
@@ -343,10 +366,12 @@ mod tests {
                 json!("Interleave"),
             ]),
             proptest::collection::vec(role(), 0..4),
+            scheduling(),
         )
-            .prop_map(|(strategy, roles)| {
+            .prop_map(|(strategy, roles, gang)| {
                 let mut map = Map::new();
                 set(&mut map, "updateStrategy", strategy);
+                set(&mut map, "schedulingStrategy", gang);
                 map.insert("roles".into(), Value::Array(roles));
                 Value::Object(map)
             })
@@ -466,7 +491,8 @@ mod tests {
     proptest! {
         /// Where the one-pass reading answers a review, it answers byte for byte as the
         /// general path does: creates and updates (the stored object an edit of the new one
-        /// or another generated object), to both webhooks of the kind.
+        /// or another generated object), to both webhooks of the kind, whatever the cluster
+        /// serves of the PodGroup CRDs.
         #[test]
         fn one_pass_answers_as_the_general_path(
             (object, stored) in prop_oneof![
@@ -474,12 +500,13 @@ mod tests {
                 (roleset(), proptest::option::of(roleset())),
             ],
             update in any::<bool>(),
+            crds in podgroup_crds(),
         ) {
             let old = update.then(|| stored.unwrap_or_else(|| object.clone()));
             for hook in hooks_of(&object) {
                 let body = review_of(hook, update, &object, old.clone());
-                let general = crate::webhook::review_in_general(hook, &body).unwrap();
-                if let Some(answer) = crate::webhook::review_in_one_pass(hook, &body) {
+                let general = crate::webhook::review_in_general(hook, &body, crds).unwrap();
+                if let Some(answer) = crate::webhook::review_in_one_pass(hook, &body, crds) {
                     prop_assert_eq!(
                         String::from_utf8(answer.json).unwrap(),
                         String::from_utf8(general.json).unwrap()
