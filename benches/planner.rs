@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use squall::api::budget::Fenceposts;
 use squall::api::{RoleSetUpdateStrategy, StormServiceUpdateStrategyType};
-use squall::planner::budget::Fenceposts;
 use squall::planner::roleset::{self, PodView, RoleInput};
 use squall::planner::stormservice::{self, RoleSetView, ServiceInput};
 

@@ -472,6 +472,40 @@ fn gangs<'a>(
     gangs
 }
 
+/// Each gang's members: name, Ready or not, terminating or not.
+fn describe(gangs: &BTreeMap<String, Vec<&Pod>>) -> String {
+    let member = |p: &&Pod| {
+        format!(
+            "{}{}{}",
+            p.name_any(),
+            if is_ready(p) { " ready" } else { "" },
+            if p.metadata.deletion_timestamp.is_some() {
+                " terminating"
+            } else {
+                ""
+            }
+        )
+    };
+    gangs
+        .iter()
+        .map(|(gang, members)| {
+            format!(
+                "{gang}: [{}]",
+                members.iter().map(member).collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The gangs of `budget.service` left in `state`, with their size.
+fn live_gangs(state: &BTreeMap<String, Pod>, budget: &GangBudget) -> Vec<(String, usize)> {
+    gangs(0, state, budget)
+        .into_keys()
+        .map(|gang| (gang, budget.size))
+        .collect()
+}
+
 /// The pods as `events` leave them.
 fn state_after(events: &[Observed<Pod>]) -> BTreeMap<String, Pod> {
     let mut state = BTreeMap::new();
@@ -523,8 +557,9 @@ fn assert_gangs(event: usize, state: &BTreeMap<String, Pod>, budget: &GangBudget
     }
     assert!(
         whole >= budget.least_whole,
-        "event {event}: {service} has {whole} whole, Ready gangs, at least {}",
-        budget.least_whole
+        "event {event}: {service} has {whole} whole, Ready gangs, at least {}: {}",
+        budget.least_whole,
+        describe(&gangs)
     );
     gangs.into_keys().collect()
 }
@@ -720,6 +755,42 @@ async fn the_gang_samples_get_their_podgroups_and_roll_out_gang_by_gang() {
             budgets[i].service,
             seen[i]
         );
+    }
+
+    // `squall status` shows each live gang's PodGroup (no scheduler runs here to fill in
+    // its phase and count).
+    for (name, scheduler, gang_names) in [
+        (
+            "vllm-gang",
+            Scheduler::Volcano,
+            live_gangs(&end, &budgets[0]),
+        ),
+        (
+            "tp-gang",
+            Scheduler::Coscheduling,
+            live_gangs(&end, &budgets[1]),
+        ),
+    ] {
+        let out = std::process::Command::new(e2e::operator::squall_bin())
+            .args(["status", name, "-n", ns.name()])
+            .output()
+            .expect("squall runs");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "squall status {name}: {shown}");
+        let lines: Vec<&str> = shown.lines().filter(|l| l.starts_with("gang ")).collect();
+        assert_eq!(lines.len(), gang_names.len(), "{shown}");
+        let placed = if scheduler == Scheduler::Coscheduling {
+            "scheduled"
+        } else {
+            "running"
+        };
+        for (gang, size) in gang_names {
+            let line = format!(
+                "gang {gang} ({}): phase -  {placed} -/{size}",
+                scheduler.group()
+            );
+            assert!(lines.contains(&line.as_str()), "{line:?} not in {shown}");
+        }
     }
 
     // Every pod came after its PodGroup.

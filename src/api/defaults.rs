@@ -9,14 +9,18 @@ use super::validation::{
     FieldError, OwnedKind, Spec, View, mixed_upgrade_order_warning, read_error,
 };
 use super::view::{RoleSetSpecView, StepView, StormServiceSpecView};
-use super::{PodSet, StormServiceUpdateStrategyType};
+use super::{PodSet, StormServiceUpdateStrategyType, ends_at_full_weight};
 
 /// Default StormService `spec.replicas` and role `replicas`.
-pub const DEFAULT_REPLICAS: i64 = 1;
+pub const DEFAULT_REPLICAS: i32 = 1;
 /// Default StormService `spec.revisionHistoryLimit`.
-pub const DEFAULT_REVISION_HISTORY_LIMIT: i64 = 10;
+pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 /// Default StormService `spec.progressDeadlineSeconds`.
-pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// A role's `upgradeOrder` when absent (written by the mutating webhook).
+pub const DEFAULT_UPGRADE_ORDER: i32 = 0;
+/// A role's `podGroupSize` when absent: one pod per replica.
+pub const DEFAULT_POD_GROUP_SIZE: i32 = 1;
 
 /// One decision of sidecar injection: `value` goes at the JSON pointer `path` (a JSON
 /// patch `add` operation).
@@ -259,13 +263,13 @@ fn default_budgets(both_absent: bool, strategy: &[&str], patch: &mut PatchWriter
     }
 }
 
-/// Argo's implicit final 100 %, made visible: appended when the steps do not end with
-/// `setWeight: 100`. Lists longer than validation allows are left for validation to deny.
+/// The implied final full weight ([`ends_at_full_weight`]), made visible: appended when the
+/// steps do not end at one. Lists longer than validation allows are left for validation to
+/// deny.
 fn needs_full_weight_step(steps: &[StepView<'_>]) -> bool {
-    let ends_at_full_weight = steps
-        .last()
-        .is_some_and(|last| last.set_weight == Some(100));
-    !steps.is_empty() && !ends_at_full_weight && steps.len() <= MAX_CANARY_STEPS
+    !steps.is_empty()
+        && !ends_at_full_weight(steps.last().and_then(|last| last.set_weight))
+        && steps.len() <= MAX_CANARY_STEPS
 }
 
 #[cfg(test)]
@@ -390,6 +394,57 @@ mod tests {
             MAX_CANARY_STEPS + 1,
             "over-long lists are left for validation to deny"
         );
+    }
+
+    /// The final-full-weight rule is stated once ([`ends_at_full_weight`]): the steps the
+    /// controller runs and `squall status` shows ([`StormServiceSpec::effective_steps`]) are
+    /// the same before and after defaulting, and defaulting leaves nothing for the rollout
+    /// to append — weights over 100 and duplicate finals included.
+    #[test]
+    fn defaulting_and_the_rollout_agree_on_the_steps() {
+        use crate::api::{Step, StormService};
+        let (w, p) = (Step::Weight, Step::Pause);
+        let table: [(Value, Option<Vec<Step>>); 8] = [
+            (
+                json!([{"setWeight": 20}, {"pause": {}}]),
+                Some(vec![w(20), p(None), w(100)]),
+            ),
+            (
+                json!([{"setWeight": 20}, {"setWeight": 100}]),
+                Some(vec![w(20), w(100)]),
+            ),
+            (
+                json!([{"setWeight": 100}, {"setWeight": 100}]),
+                Some(vec![w(100), w(100)]),
+            ),
+            (json!([{"setWeight": 150}]), Some(vec![w(100)])),
+            (
+                json!([{"setWeight": 50}, {"setWeight": 150}]),
+                Some(vec![w(50), w(100)]),
+            ),
+            (
+                json!([{"pause": {"duration": "30s"}}]),
+                Some(vec![p(Some(30)), w(100)]),
+            ),
+            (
+                json!([{"setWeight": 100}, {"pause": {}}]),
+                Some(vec![w(100), p(None), w(100)]),
+            ),
+            (json!([]), None),
+        ];
+        for (steps, expected) in table {
+            let mut spec = minimal_spec();
+            spec["updateStrategy"] = json!({"canary": {"steps": steps}});
+            let object = stormservice(spec);
+            let typed = |o: &Value| serde_json::from_value::<StormService>(o.clone()).unwrap();
+            let before = typed(&object).spec.effective_steps();
+            assert_eq!(before, expected, "{steps}");
+            let after = typed(&defaulted(object.clone())).spec;
+            assert_eq!(after.effective_steps(), before, "{steps}: defaulted");
+            if let Some(written) = after.canary_steps() {
+                assert_eq!(written.len(), before.unwrap().len(), "{steps}: defaulted");
+            }
+        }
     }
 
     #[test]

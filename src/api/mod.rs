@@ -1,6 +1,7 @@
 //! The `orchestration.aibrix.ai/v1alpha1` API: types, defaulting and validation.
 //! Pure code only — no I/O — so the webhook, the controllers and `squall lint` share it.
 
+pub mod budget;
 pub mod common;
 pub mod defaults;
 pub mod keys;

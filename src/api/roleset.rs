@@ -7,9 +7,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::budget::{Fenceposts, fenceposts};
 use super::common::{
     Condition, DisruptionTolerance, RoleStatus, SchedulingStrategy, TopologyPolicy,
 };
+use super::defaults::{DEFAULT_POD_GROUP_SIZE, DEFAULT_REPLICAS, DEFAULT_UPGRADE_ORDER};
 
 /// The roles of one inference-service replica and how they are updated.
 // kube's `printcolumn(...)` arguments repeat keys such as `type_` by design.
@@ -172,19 +174,29 @@ pub struct RoleSetStatus {
 }
 
 impl RoleSpec {
-    /// Desired replicas; absent means 1 (SPEC §2).
+    /// Desired replicas, absent meaning the default.
     pub fn replicas_or_default(&self) -> i32 {
-        self.replicas.unwrap_or(1)
+        self.replicas.unwrap_or(DEFAULT_REPLICAS)
     }
 
-    /// Position in a Sequential rollout; absent means 0 (SPEC §2).
+    /// Position in a Sequential rollout, absent meaning the default.
     pub fn upgrade_order_or_default(&self) -> i32 {
-        self.upgrade_order.unwrap_or(0)
+        self.upgrade_order.unwrap_or(DEFAULT_UPGRADE_ORDER)
     }
 
-    /// Pods per replica; absent means 1.
+    /// Pods per replica, absent meaning the default.
     pub fn pod_group_size_or_default(&self) -> i32 {
-        self.pod_group_size.unwrap_or(1)
+        self.pod_group_size.unwrap_or(DEFAULT_POD_GROUP_SIZE)
+    }
+
+    /// The role's surge / unavailable budgets at `desired` replicas (or PodSets).
+    pub fn fenceposts(&self, desired: u32) -> Fenceposts {
+        let strategy = self.update_strategy.as_ref();
+        fenceposts(
+            strategy.and_then(|s| s.max_surge.as_ref()),
+            strategy.and_then(|s| s.max_unavailable.as_ref()),
+            desired,
+        )
     }
 
     /// Update strategy type; absent means Recreate.

@@ -7,7 +7,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::budget::{Fenceposts, fenceposts};
 use super::common::{Condition, DisruptionTolerance, EmbeddedObjectMetadata, RoleStatus};
+use super::defaults::{
+    DEFAULT_PROGRESS_DEADLINE_SECONDS, DEFAULT_REPLICAS, DEFAULT_REVISION_HISTORY_LIMIT,
+};
 use super::roleset::RoleSetSpec;
 use super::view::IntOrStr;
 
@@ -173,6 +177,35 @@ pub struct CanaryStep {
     /// Wait for a duration, or (without `duration`) until promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseStep>,
+}
+
+/// One canary step as the rollout runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Move this share (percent, at most 100) of replicas to the canary revision.
+    Weight(u32),
+    /// Wait this many seconds; `None` waits until promoted.
+    Pause(Option<u64>),
+}
+
+/// Argo's implied final 100 %: whether a canary whose last step has `last_set_weight` already
+/// ends at full weight (else a `setWeight: 100` step follows). Weights over 100 count as 100
+/// (validation denies them; one stored before squall must still finish).
+pub fn ends_at_full_weight(last_set_weight: Option<i32>) -> bool {
+    last_set_weight.is_some_and(|w| w >= 100)
+}
+
+impl CanaryStep {
+    /// The step as the rollout runs it: a weight (clamped to 0–100), else a pause (a
+    /// duration that does not parse, or a step with neither field, waits 0 s: validation
+    /// denies both).
+    pub fn effective(&self) -> Step {
+        match (self.set_weight, &self.pause) {
+            (Some(w), _) => Step::Weight(u32::try_from(w).unwrap_or(0).min(100)),
+            (None, Some(pause)) => Step::Pause(pause.duration_seconds().unwrap_or(Some(0))),
+            (None, None) => Step::Pause(Some(0)),
+        }
+    }
 }
 
 /// A pause step.
@@ -357,9 +390,32 @@ pub struct CanaryRoleStatus {
 }
 
 impl StormServiceSpec {
-    /// Desired RoleSets; absent means 1 (SPEC §2).
+    /// Desired RoleSets, absent meaning the default.
     pub fn replicas_or_default(&self) -> i32 {
-        self.replicas.unwrap_or(1)
+        self.replicas.unwrap_or(DEFAULT_REPLICAS)
+    }
+
+    /// Revisions kept beyond those in use, absent meaning the default.
+    pub fn revision_history_limit_or_default(&self) -> i32 {
+        self.revision_history_limit
+            .unwrap_or(DEFAULT_REVISION_HISTORY_LIMIT)
+    }
+
+    /// Seconds without progress before `Progressing` turns False, absent meaning the
+    /// default.
+    pub fn progress_deadline_seconds_or_default(&self) -> i32 {
+        self.progress_deadline_seconds
+            .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS)
+    }
+
+    /// The StormService's surge / unavailable budgets (in RoleSets) at `desired` RoleSets.
+    pub fn fenceposts(&self, desired: u32) -> Fenceposts {
+        let strategy = self.update_strategy.as_ref();
+        fenceposts(
+            strategy.and_then(|s| s.max_surge.as_ref()),
+            strategy.and_then(|s| s.max_unavailable.as_ref()),
+            desired,
+        )
     }
 
     /// Update strategy type; absent means RollingUpdate.
@@ -368,6 +424,19 @@ impl StormServiceSpec {
             .as_ref()
             .and_then(|s| s.type_)
             .unwrap_or_default()
+    }
+
+    /// The canary steps as the rollout runs them, when a canary is configured: each step
+    /// read ([`CanaryStep::effective`]), and the implied final full weight appended when the
+    /// steps do not end at one ([`ends_at_full_weight`]). The controller runs these, `squall
+    /// status` shows them, and the mutating webhook writes the same final step.
+    pub fn effective_steps(&self) -> Option<Vec<Step>> {
+        let steps = self.canary_steps()?;
+        let mut effective: Vec<Step> = steps.iter().map(CanaryStep::effective).collect();
+        if !ends_at_full_weight(steps.last().and_then(|s| s.set_weight)) {
+            effective.push(Step::Weight(100));
+        }
+        Some(effective)
     }
 
     /// The canary steps, when a canary is configured (non-empty `steps`).

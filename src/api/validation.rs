@@ -20,7 +20,7 @@ use super::{
     CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
     StormService, StormServiceUpdateStrategyType, VERSION,
 };
-use crate::planner::budget::{Budget, resolve_fenceposts};
+use crate::api::budget::{Budget, resolve_fenceposts};
 
 /// Longest role name: role names end up in the annotation name
 /// `role-revision-name.<role>`, which is limited to 63 characters.

@@ -492,8 +492,7 @@ pub struct CanaryStatusView {
 impl StormServiceSpecView<'_> {
     /// `spec.replicas`, absent meaning the default.
     pub fn replicas_or_default(&self) -> i32 {
-        self.replicas
-            .unwrap_or(super::defaults::DEFAULT_REPLICAS as i32)
+        self.replicas.unwrap_or(super::defaults::DEFAULT_REPLICAS)
     }
 
     /// The update strategy type; absent means RollingUpdate.
@@ -517,18 +516,19 @@ impl StormServiceSpecView<'_> {
 impl RoleView<'_> {
     /// `replicas`, absent meaning the default.
     pub fn replicas_or_default(&self) -> i32 {
-        self.replicas
-            .unwrap_or(super::defaults::DEFAULT_REPLICAS as i32)
+        self.replicas.unwrap_or(super::defaults::DEFAULT_REPLICAS)
     }
 
-    /// `upgradeOrder`, absent meaning 0.
+    /// `upgradeOrder`, absent meaning the default.
     pub fn upgrade_order_or_default(&self) -> i32 {
-        self.upgrade_order.unwrap_or(0)
+        self.upgrade_order
+            .unwrap_or(super::defaults::DEFAULT_UPGRADE_ORDER)
     }
 
-    /// `podGroupSize`, absent meaning 1.
+    /// `podGroupSize`, absent meaning the default.
     pub fn pod_group_size_or_default(&self) -> i32 {
-        self.pod_group_size.unwrap_or(1)
+        self.pod_group_size
+            .unwrap_or(super::defaults::DEFAULT_POD_GROUP_SIZE)
     }
 
     /// The update strategy type; absent means Recreate.

@@ -386,7 +386,7 @@ pub fn render(service: &StormService) -> String {
         status.current_revision.as_deref().unwrap_or("-"),
         status.update_revision.as_deref().unwrap_or("-"),
     );
-    let steps = steps_of(service);
+    let steps = service.spec.effective_steps().unwrap_or_default();
     match status.canary_status.as_ref() {
         None => {
             let _ = writeln!(out, "canary: none");
@@ -457,24 +457,6 @@ pub fn render(service: &StormService) -> String {
         );
     }
     out
-}
-
-fn steps_of(service: &StormService) -> Vec<Step> {
-    let mut steps: Vec<Step> = service
-        .spec
-        .canary_steps()
-        .unwrap_or_default()
-        .iter()
-        .map(|s| match (&s.set_weight, &s.pause) {
-            (Some(w), _) => Step::Weight(u32::try_from(*w).unwrap_or(0)),
-            (None, Some(p)) => Step::Pause(p.duration_seconds().unwrap_or(Some(0))),
-            (None, None) => Step::Pause(Some(0)),
-        })
-        .collect();
-    if !steps.is_empty() && steps.last() != Some(&Step::Weight(100)) {
-        steps.push(Step::Weight(100));
-    }
-    steps
 }
 
 fn waiting_for(canary: &crate::api::CanaryStatus, step: Option<&Step>) -> String {

@@ -42,8 +42,6 @@ use crate::planner::stormservice::PendingRoleSet;
 
 /// Expectations of a StormService are kept under one pseudo-role.
 const ROLESETS: &str = "";
-/// History kept when `revisionHistoryLimit` is absent.
-const DEFAULT_HISTORY_LIMIT: usize = 10;
 
 /// Reconciles one StormService.
 pub async fn reconcile(service: Arc<StormService>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -519,10 +517,7 @@ async fn truncate_history(
     revisions: &Revisions,
     rolesets: &[RoleSet],
 ) -> Result<(), Error> {
-    let limit = service
-        .spec
-        .revision_history_limit
-        .map_or(DEFAULT_HISTORY_LIMIT, |l| usize::try_from(l).unwrap_or(0));
+    let limit = usize::try_from(service.spec.revision_history_limit_or_default()).unwrap_or(0);
     let mut in_use: BTreeSet<String> =
         BTreeSet::from([revisions.current.name_any(), revisions.update.name_any()]);
     in_use.extend(

@@ -9,14 +9,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{CanaryMode, CanaryPhase, CanaryStatus, PauseCondition, PauseReason, StepState};
 
-/// One parsed canary step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Move this share (percent) of replicas to the canary revision.
-    Weight(u32),
-    /// Wait this many seconds; None waits until promoted.
-    Pause(Option<u64>),
-}
+/// The steps the machine runs: read from the spec by [`crate::api::StormServiceSpec::effective_steps`].
+pub use crate::api::Step;
 
 /// What woke a transition (SPEC §3.3: recorded per transition, asserted by tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

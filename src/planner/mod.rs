@@ -2,7 +2,6 @@
 //! update. No I/O, so every decision is unit- and property-tested.
 
 pub mod adoption;
-pub mod budget;
 pub mod canary;
 pub mod in_place;
 pub mod lease;

@@ -11,9 +11,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::MAX_CREATES_PER_PASS;
-use super::budget::Fenceposts;
 use super::in_place::PendingReason;
 use crate::api::RoleSetUpdateStrategy;
+use crate::api::budget::Fenceposts;
 
 /// One observed pod of a role.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,10 +114,11 @@ impl RoleAction {
     }
 }
 
-/// Counts derived from a role's observations.
-struct Counts<'a> {
+/// Counts derived from a role's observations: the one way pods are counted, for decisions
+/// and for the role's status alike.
+pub(super) struct Counts<'a> {
     /// Running, not terminating, not being deleted by us.
-    active: Vec<&'a PodView>,
+    pub(super) active: Vec<&'a PodView>,
     /// Terminating (or being deleted by us) and not yet gone.
     terminating: u32,
     /// Finished pods still present, to clean up.
@@ -127,7 +128,7 @@ struct Counts<'a> {
 }
 
 impl RoleInput {
-    fn counts(&self) -> Counts<'_> {
+    pub(super) fn counts(&self) -> Counts<'_> {
         let mut counts = Counts {
             active: Vec::new(),
             terminating: 0,
@@ -841,7 +842,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::budget::{Budget, resolve_fenceposts};
+    use crate::api::budget::{Budget, resolve_fenceposts};
     use proptest::prelude::*;
 
     fn pod(name: &str, hash: &str, ready: bool) -> PodView {

@@ -21,7 +21,6 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::adoption::{adopt, stale_revision_labels};
-use super::budget::{Budget, resolve_fenceposts};
 use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
 use super::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
@@ -346,15 +345,7 @@ fn role_input(
     pods: &[Arc<CachedPod>],
 ) -> RoleInput {
     let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
-    let strategy = role.update_strategy.as_ref();
-    let budget = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
-        v.and_then(|v| Budget::parse(v).ok())
-    };
-    let budgets = resolve_fenceposts(
-        budget(strategy.and_then(|s| s.max_surge.as_ref())),
-        budget(strategy.and_then(|s| s.max_unavailable.as_ref())),
-        desired,
-    );
+    let budgets = role.fenceposts(desired);
     let target_hash = template_hash(&role.template.clone().unwrap_or_default());
     let in_place = role.update_strategy_type() == RoleUpdateStrategyType::InPlaceIfPossible;
     let ineligible = if !in_place {

@@ -11,12 +11,12 @@ use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::budget::{Budget, Fenceposts, resolve_fenceposts};
-use super::canary::{CanaryDecision, CanaryInput, Step, step, target, weight_at};
+use super::canary::{CanaryDecision, CanaryInput, step, target, weight_at};
 use super::render::{shorten_keep_prefix, template_hash};
 use super::revision::{RevisionError, holds_as_read, revision_hash, template_of};
 use super::status::fresh_ready;
 use super::stormservice::{PendingRoleSet, RoleSetView, ServiceAction, ServiceInput, plan};
+use crate::api::budget::Fenceposts;
 use crate::api::keys::{
     ANNOTATION_REVISION, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
     ANNOTATION_ROLESET_INDEX, CONDITION_PAUSED, FINALIZER_ROLESET, LABEL_STORM_SERVICE_NAME,
@@ -307,24 +307,6 @@ pub struct CanaryPass {
     pub mode: CanaryMode,
 }
 
-/// The steps as the controller runs them: a final `setWeight: 100` is implied (SPEC §3).
-fn canary_steps(service: &StormService) -> Option<Vec<Step>> {
-    let mut steps: Vec<Step> = service
-        .spec
-        .canary_steps()?
-        .iter()
-        .map(|s| match (&s.set_weight, &s.pause) {
-            (Some(w), _) => Step::Weight(u32::try_from(*w).unwrap_or(0).min(100)),
-            (None, Some(pause)) => Step::Pause(pause.duration_seconds().unwrap_or(Some(0))),
-            (None, None) => Step::Pause(Some(0)),
-        })
-        .collect();
-    if steps.last() != Some(&Step::Weight(100)) {
-        steps.push(Step::Weight(100));
-    }
-    Some(steps)
-}
-
 /// Runs the canary step machine for this pass, when a canary is configured or stored.
 fn evaluate_canary(
     input: &PassInput,
@@ -333,7 +315,7 @@ fn evaluate_canary(
     current_template: &RoleSetTemplateSpec,
 ) -> Option<CanaryPass> {
     let (service, rolesets) = (input.service, input.rolesets);
-    let steps = canary_steps(service)?;
+    let steps = service.spec.effective_steps()?;
     let stored = service.status.as_ref();
     let previous = stored.and_then(|s| s.canary_status.as_ref());
     // A stable revision someone deleted is still the canary's stable side (a full promote
@@ -531,26 +513,14 @@ fn budgets(service: &StormService, desired: u32) -> Fenceposts {
     if service.spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate {
         return Fenceposts::default();
     }
-    resolved_budgets(service, desired)
+    service.spec.fenceposts(desired)
 }
 
 /// `maxSurge` / `maxUnavailable` resolved against `desired` (AIBrix's fence-post rule).
-fn resolved_budgets(service: &StormService, desired: u32) -> Fenceposts {
-    let strategy = service.spec.update_strategy.as_ref();
-    let parse = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| {
-        v.and_then(|v| Budget::parse(v).ok())
-    };
-    resolve_fenceposts(
-        parse(strategy.and_then(|s| s.max_surge.as_ref())),
-        parse(strategy.and_then(|s| s.max_unavailable.as_ref())),
-        desired,
-    )
-}
-
 /// How many RoleSets `InPlaceUpdate` may have not Ready at once: the resolved
 /// `maxUnavailable` (AIBrix's fence-post rule), whatever the update type.
 fn in_place_unavailable(service: &StormService, desired: u32) -> u32 {
-    resolved_budgets(service, desired).max_unavailable.max(1)
+    service.spec.fenceposts(desired).max_unavailable.max(1)
 }
 
 fn view(roleset: &RoleSet, update_revision: &str, equivalent: &BTreeSet<String>) -> RoleSetView {

@@ -22,9 +22,6 @@ use crate::api::{
     CanaryPhase, Condition, RoleSet, RoleSetStatus, RoleStatus, StormService, StormServiceStatus,
 };
 
-/// Seconds without progress before `Progressing` turns False, when absent.
-const DEFAULT_PROGRESS_DEADLINE: i64 = 600;
-
 /// How long a status change people read but no decision waits on may wait to be written
 /// with the next ones: pods of one object starting and turning Ready within it (kubelets
 /// report them over a few seconds, more under load) cost one write, not one each.
@@ -217,13 +214,10 @@ pub fn stable_revision_missing(
     ))
 }
 
-/// The replica counts of one role, from its observed children.
+/// The replica counts of one role, from its observed children: its active pods as the
+/// role's decisions count them (a pod this controller is deleting is no longer one).
 pub fn role_status(input: &RoleInput) -> RoleStatus {
-    let active: Vec<&PodView> = input
-        .pods
-        .iter()
-        .filter(|p| p.running && !p.terminating)
-        .collect();
+    let active = input.counts().active;
     let count = |f: &dyn Fn(&PodView) -> bool| active.iter().filter(|p| f(p)).count() as i32;
     let replicas = active.len() as i32;
     let ready = count(&|p| p.ready);
@@ -456,10 +450,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
         }
         _ => now,
     };
-    let deadline = service
-        .spec
-        .progress_deadline_seconds
-        .map_or(DEFAULT_PROGRESS_DEADLINE, i64::from);
+    let deadline = i64::from(service.spec.progress_deadline_seconds_or_default());
     let stalled_for = now.as_second() - last_progress.as_second();
     let mut requeue_seconds = 300;
     let mut progressing = if complete {
@@ -716,6 +707,31 @@ mod tests {
     }
 
     #[test]
+    fn a_role_counts_its_pods_as_its_decisions_do() {
+        let mut input = role(
+            "r",
+            3,
+            vec![
+                pod("new", true, false),
+                pod("old", true, false),
+                pod("old", false, true),
+            ],
+        );
+        // A pod this controller is deleting is gone for the decisions, and for the status.
+        input.pending_deletes.insert(input.pods[1].name.clone());
+        let status = role_status(&input);
+        assert_eq!(
+            (
+                status.replicas,
+                status.ready_replicas,
+                status.updated_replicas
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(status.replicas as usize, input.counts().active.len());
+    }
+
+    #[test]
     fn count_windows_stretch_with_the_objects_waiting_so_their_writes_keep_to_the_budget() {
         assert_eq!(
             coalesce_window(0, false),
@@ -962,7 +978,7 @@ mod tests {
             current_revision: current.into(),
             collision_count: 0,
             rolesets,
-            desired: u32::try_from(service.spec.replicas.unwrap_or(1)).unwrap(),
+            desired: u32::try_from(service.spec.replicas_or_default()).unwrap(),
             canary: None,
             refused: None,
             service_conflict: None,

@@ -9,8 +9,8 @@ use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use super::MAX_CREATES_PER_PASS;
-use super::budget::Fenceposts;
 use crate::api::StormServiceUpdateStrategyType as Strategy;
+use crate::api::budget::Fenceposts;
 
 /// One observed RoleSet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -386,7 +386,7 @@ pub fn plan(input: &ServiceInput) -> ServiceAction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::budget::{Budget, resolve_fenceposts};
+    use crate::api::budget::{Budget, resolve_fenceposts};
     use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
     use proptest::strategy::Strategy as Generator;
 

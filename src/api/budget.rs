@@ -75,6 +75,18 @@ pub struct Fenceposts {
     pub raised_to_one: bool,
 }
 
+/// The budgets of a `maxSurge` / `maxUnavailable` pair resolved at `desired` replicas. A
+/// value that does not parse counts as absent: validation denies it, and one stored before
+/// squall (admitted by AIBrix) must not stop a rollout.
+pub fn fenceposts(
+    max_surge: Option<&IntOrString>,
+    max_unavailable: Option<&IntOrString>,
+    desired: u32,
+) -> Fenceposts {
+    let parse = |v: Option<&IntOrString>| v.and_then(|v| Budget::parse(v).ok());
+    resolve_fenceposts(parse(max_surge), parse(max_unavailable), desired)
+}
+
 /// AIBrix's `ResolveFenceposts`: surge rounds up, unavailable rounds down; absent values are
 /// 0; when both resolve to 0, unavailable becomes 1; unavailable is capped at `desired`.
 pub fn resolve_fenceposts(
