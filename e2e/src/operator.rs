@@ -296,6 +296,15 @@ impl Operator {
         }
     }
 
+    /// SIGTERM, then up to `timeout` for the operator to exit by itself; its exit status, or
+    /// `None` while it still runs.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "SIGTERM to {pid}");
+        self.wait_exit(timeout)
+    }
+
     /// SIGKILL: the operator dies without any shutdown step (its configurations are then
     /// removed as on every drop).
     pub fn kill(mut self) {

@@ -172,7 +172,7 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
     // As a kubectl plugin, `squall status` shows the gate and each role's canary progress.
     let status = kubectl_squall(&["status", "llm", "-n", ns.name()]);
     for expected in [
-        "canary: phase Paused  step 3/4  weight 50%  mode Replica",
+        "canary: phase Paused  step 4/5 (currentStep 3)  weight 50%  mode Replica",
         "waiting for: `squall promote`",
         "canary decode           target 2  updated 2  ready 2 (RoleSets)",
     ] {

@@ -1,7 +1,8 @@
 //! Disruptive admission tests, run serially with their own operator (before the shared one
 //! starts): the negative control (no webhooks, the same invalid objects are admitted —
 //! proving the webhooks do the work) and ratcheting (an object admitted while the webhooks
-//! were away can still be updated and deleted).
+//! were away can still be updated and deleted); a `--local` operator stopped by SIGTERM
+//! removes the webhook configurations it registered.
 
 use std::path::PathBuf;
 
@@ -165,4 +166,42 @@ async fn without_webhooks_invalid_objects_are_admitted_and_stay_updatable() {
         connections > 0 && violations.is_empty(),
         "operator connections: {violations:?}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane (make test); starts its own operator"]
+async fn sigterm_removes_the_registered_webhook_configurations() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use kube::Api;
+    install_crds();
+    let client = client().await;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mut operator = Operator::start("sigterm", &[]);
+    // Registered (and Ready: /readyz verified the served certificate against them).
+    assert!(mutating.get_opt("sigterm").await.unwrap().is_some());
+    assert!(validating.get_opt("sigterm").await.unwrap().is_some());
+    let status = operator
+        .terminate(std::time::Duration::from_secs(30))
+        .expect("the operator exits on SIGTERM");
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        operator.log()
+    );
+    // Gone before the process exited, by the operator itself (the test's own clean-up runs
+    // only when `operator` is dropped, below).
+    assert!(
+        mutating.get_opt("sigterm").await.unwrap().is_none(),
+        "{}",
+        operator.log()
+    );
+    assert!(
+        validating.get_opt("sigterm").await.unwrap().is_none(),
+        "{}",
+        operator.log()
+    );
+    assert!(operator.log().contains("webhook configurations removed"));
 }

@@ -277,7 +277,8 @@ async fn promote(target: &Target, full: bool) -> anyhow::Result<ExitCode> {
         if !full && !gate {
             eprintln!(
                 "{}: step {} has no open pause gate; nothing to promote (use --full to skip the remaining steps)",
-                target.name, canary.current_step
+                target.name,
+                canary.current_step + 1
             );
             return Ok(ExitCode::from(NOTHING_TO_DO));
         }
@@ -300,7 +301,8 @@ async fn promote(target: &Target, full: bool) -> anyhow::Result<ExitCode> {
                 } else {
                     println!(
                         "{}: promoted past step {}",
-                        target.name, canary.current_step
+                        target.name,
+                        canary.current_step + 1
                     );
                 }
                 return Ok(ExitCode::SUCCESS);
@@ -393,12 +395,13 @@ pub fn render(service: &StormService) -> String {
         }
         Some(canary) => {
             let current = usize::try_from(canary.current_step).unwrap_or(0);
+            // Counted from 1 for people, as the list below; `currentStep` counts from 0.
             let _ = writeln!(
                 out,
-                "canary: phase {:?}  step {}/{}  weight {}%  mode {}",
+                "canary: phase {:?}  step {}/{} (currentStep {current})  weight {}%  mode {}",
                 canary.phase.unwrap_or(CanaryPhase::Initializing),
-                current,
-                steps.len().saturating_sub(1),
+                (current + 1).min(steps.len()),
+                steps.len(),
                 if steps.is_empty() {
                     0
                 } else {
@@ -417,7 +420,7 @@ pub fn render(service: &StormService) -> String {
                     Step::Pause(Some(d)) => format!("pause {d}s"),
                     Step::Pause(None) => "pause (until promoted)".to_string(),
                 };
-                let _ = writeln!(out, "  {i:>2}  {what:<24} {marker}");
+                let _ = writeln!(out, "  {:>2}  {what:<24} {marker}", i + 1);
             }
             let _ = writeln!(
                 out,
@@ -497,8 +500,19 @@ mod tests {
         }))
         .unwrap();
         let table = render(&service);
+        // Three steps (the final 100 % implied), the second current: "2/3", and the list
+        // numbered as the header counts.
         assert!(
-            table.contains("step 1/2  weight 50%  mode Replica"),
+            table.contains("step 2/3 (currentStep 1)  weight 50%  mode Replica"),
+            "{table}"
+        );
+        let listed: Vec<&str> = table
+            .lines()
+            .filter(|l| l.starts_with("   ") && l.trim_start().starts_with(char::is_numeric))
+            .collect();
+        assert_eq!(listed.len(), 3, "{table}");
+        assert!(
+            listed[1].trim_start().starts_with("2  pause") && listed[1].ends_with("now"),
             "{table}"
         );
         assert!(table.contains("pause (until promoted)"), "{table}");

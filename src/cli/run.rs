@@ -30,12 +30,14 @@ pub struct RunArgs {
     /// certificates in a directory, webhook configurations registered with `url:`.
     #[arg(long)]
     local: bool,
-    /// Address of the HTTPS webhook server.
-    #[arg(long, env = "SQUALL_WEBHOOK_BIND", default_value = "0.0.0.0:9443")]
-    webhook_bind: SocketAddr,
-    /// Address of the plain-HTTP admin server (/healthz, /readyz, /metrics).
-    #[arg(long, env = "SQUALL_ADMIN_BIND", default_value = "0.0.0.0:8080")]
-    admin_bind: SocketAddr,
+    /// Address of the HTTPS webhook server [default: 0.0.0.0:9443; 127.0.0.1:9443 with
+    /// --local].
+    #[arg(long, env = "SQUALL_WEBHOOK_BIND")]
+    webhook_bind: Option<SocketAddr>,
+    /// Address of the plain-HTTP admin server (/healthz, /readyz, /metrics) [default:
+    /// 0.0.0.0:8080; 127.0.0.1:8080 with --local].
+    #[arg(long, env = "SQUALL_ADMIN_BIND")]
+    admin_bind: Option<SocketAddr>,
     /// `self-signed`: squall issues, stores and rotates certificates; `external`: serve
     /// the files mounted in --cert-dir (e.g. by cert-manager) and reload them on change.
     #[arg(long, env = "SQUALL_CERT_MODE", value_enum, default_value_t = CertMode::SelfSigned)]
@@ -143,13 +145,14 @@ pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Runs the operator until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    let settings = Settings::try_from(&args)?;
+    init_logging(settings.log_format);
     let _ = rustls::crypto::ring::default_provider().install_default();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?
-        .block_on(serve(args))
+        .block_on(serve(settings))
 }
 
 fn init_logging(format: LogFormat) {
@@ -165,106 +168,168 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(args: RunArgs) -> anyhow::Result<()> {
-    let config = kube::Config::infer()
-        .await
-        .context("loading the kubeconfig")?;
-    let api_server_loopback = is_loopback_host(config.cluster_url.host());
-    let metrics = Arc::new(Metrics::default());
-    let client = crate::client::counted(config.clone(), metrics.clone(), "certs")
-        .context("building the API client")?;
+/// What `squall run` does, decided from its flags alone: [`serve`] only starts it.
+#[derive(Debug, PartialEq)]
+pub struct Settings {
+    /// Run outside a cluster: loopback only, certificates in a directory.
+    local: bool,
+    webhook_bind: SocketAddr,
+    admin_bind: SocketAddr,
+    reuse_port: bool,
+    /// What happens to the webhook configurations.
+    configs: WebhookConfigs,
+    /// Names in the serving certificate.
+    sans: Vec<String>,
+    /// The name `/readyz` verifies the served certificate for.
+    server_name: String,
+    certs: Certs,
+    lifetimes: Lifetimes,
+    /// Release: names the configurations, the Secret and the Lease.
+    release: String,
+    /// The operator's namespace.
+    namespace: String,
+    failure_policy: String,
+    exclude_user: Option<String>,
+    /// Whether the controllers run, and under which Lease.
+    controllers: Option<Controllers>,
+    log_format: LogFormat,
+}
 
-    let webhook_listener = bind_webhook(args.webhook_bind, args.reuse_port)
-        .with_context(|| format!("binding the webhook server to {}", args.webhook_bind))?;
-    let webhook_addr = webhook_listener.local_addr()?;
-    let admin_listener = TcpListener::bind(args.admin_bind)
-        .await
-        .with_context(|| format!("binding the admin server to {}", args.admin_bind))?;
-    let admin_addr = admin_listener.local_addr()?;
+/// Where the certificates come from.
+#[derive(Debug, PartialEq)]
+enum Certs {
+    /// Mounted files, reloaded on change.
+    External(PathBuf),
+    /// Issued by squall and kept in a directory.
+    SelfSignedInDir(PathBuf),
+    /// Issued by squall and kept in this Secret of the operator's namespace.
+    SelfSignedInSecret(String),
+}
 
-    let configs_mode = args
-        .webhook_configs
-        .unwrap_or(match (args.local, args.cert_mode) {
-            (_, CertMode::External) => WebhookConfigs::None,
-            (true, _) => WebhookConfigs::Register,
-            (false, _) => WebhookConfigs::Inject,
-        });
-    let (mut sans, server_name) = if args.local {
-        if !webhook_addr.ip().is_loopback() {
+/// How the controllers run.
+#[derive(Debug, PartialEq)]
+struct Controllers {
+    election: Option<Election>,
+    namespaces: Vec<String>,
+    aibrix_lease: Option<AibrixLease>,
+}
+
+/// The in-cluster default binds: every interface, behind the pod network.
+const CLUSTER_WEBHOOK_BIND: &str = "0.0.0.0:9443";
+const CLUSTER_ADMIN_BIND: &str = "0.0.0.0:8080";
+/// The --local default binds: the API server calls the webhooks by a loopback `url:`.
+const LOCAL_WEBHOOK_BIND: &str = "127.0.0.1:9443";
+const LOCAL_ADMIN_BIND: &str = "127.0.0.1:8080";
+
+impl TryFrom<&RunArgs> for Settings {
+    type Error = anyhow::Error;
+
+    fn try_from(args: &RunArgs) -> anyhow::Result<Self> {
+        let (webhook_default, admin_default) = if args.local {
+            (LOCAL_WEBHOOK_BIND, LOCAL_ADMIN_BIND)
+        } else {
+            (CLUSTER_WEBHOOK_BIND, CLUSTER_ADMIN_BIND)
+        };
+        let webhook_bind = args
+            .webhook_bind
+            .unwrap_or_else(|| webhook_default.parse().expect("a socket address"));
+        let admin_bind = args
+            .admin_bind
+            .unwrap_or_else(|| admin_default.parse().expect("a socket address"));
+        let configs = args
+            .webhook_configs
+            .unwrap_or(match (args.local, args.cert_mode) {
+                (_, CertMode::External) => WebhookConfigs::None,
+                (true, _) => WebhookConfigs::Register,
+                (false, _) => WebhookConfigs::Inject,
+            });
+        let (mut sans, server_name) = if args.local {
+            if !webhook_bind.ip().is_loopback() {
+                bail!("--local serves webhooks on loopback only; --webhook-bind is {webhook_bind}");
+            }
+            let ip = webhook_bind.ip().to_string();
+            (vec![ip.clone(), "localhost".to_string()], ip)
+        } else {
+            let svc = format!("{}.{}.svc", args.service, args.namespace);
+            (vec![svc.clone(), format!("{svc}.cluster.local")], svc)
+        };
+        sans.extend(args.extra_sans.iter().cloned());
+        if configs == WebhookConfigs::Register && !webhook_bind.ip().is_loopback() {
             bail!(
-                "--local serves webhooks on loopback only; --webhook-bind is {}",
-                args.webhook_bind
+                "--webhook-configs=register points the API server at this process by `url:`, \
+                 which needs a loopback --webhook-bind (it is {webhook_bind})"
             );
         }
-        let ip = webhook_addr.ip().to_string();
-        (vec![ip.clone(), "localhost".to_string()], ip)
-    } else {
-        let svc = format!("{}.{}.svc", args.service, args.namespace);
-        (vec![svc.clone(), format!("{svc}.cluster.local")], svc)
-    };
-    sans.extend(args.extra_sans.iter().cloned());
-    let configs = match configs_mode {
-        WebhookConfigs::None => Configs::None,
-        WebhookConfigs::Inject => Configs::Inject {
-            client: client.clone(),
-            mutating: args.release.clone(),
-            validating: args.release.clone(),
-        },
-        WebhookConfigs::Register => {
-            // Registered configurations point the API server at this process by `url:`; that
-            // is only sound on loopback (SPEC §9).
-            if !api_server_loopback || !webhook_addr.ip().is_loopback() {
-                bail!(
-                    "--webhook-configs=register needs a loopback API server and a loopback --webhook-bind (API server loopback: {api_server_loopback}, webhook {webhook_addr})"
-                );
+        let certs = match (args.cert_mode, &args.cert_dir, args.local) {
+            (CertMode::External, Some(dir), _) => Certs::External(dir.clone()),
+            (CertMode::External, None, _) => bail!("--cert-mode=external needs --cert-dir"),
+            (CertMode::SelfSigned, Some(dir), _) => Certs::SelfSignedInDir(dir.clone()),
+            (CertMode::SelfSigned, None, true) => {
+                Certs::SelfSignedInDir(local_cert_dir(&args.release))
             }
-            let exclude_user = match &args.exclude_user {
-                Some(user) => Some(user.clone()),
-                None => own_username(&client).await,
-            };
-            let (mutating, validating) = configurations(&Registration {
-                name: args.release.clone(),
-                base_url: format!("https://{webhook_addr}"),
-                failure_policy: args.failure_policy.clone(),
-                exclude_user,
-            });
-            Configs::Register {
-                client: client.clone(),
-                mutating: Box::new(mutating),
-                validating: Box::new(validating),
+            (CertMode::SelfSigned, None, false) => {
+                Certs::SelfSignedInSecret(format!("{}-webhook-tls", args.release))
             }
-        }
-    };
-    let source = match args.cert_mode {
-        CertMode::External => Source::External {
-            dir: args
-                .cert_dir
-                .clone()
-                .context("external mode needs --cert-dir")?,
-            poll: Duration::from_secs(1),
-        },
-        CertMode::SelfSigned => Source::SelfSigned {
-            store: match (&args.cert_dir, args.local) {
-                (Some(dir), _) => Store::Dir(dir.clone()),
-                (None, true) => Store::Dir(local_cert_dir(&args.release)),
-                (None, false) => Store::Secret {
-                    api: Box::new(Api::<Secret>::namespaced(client.clone(), &args.namespace)),
-                    name: format!("{}-webhook-tls", args.release),
-                },
-            },
+        };
+        let controllers = args.controllers.then(|| Controllers {
+            election: args.leader_elect.unwrap_or(!args.local).then(|| Election {
+                lease: args
+                    .lease_name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}-controllers", args.release)),
+                namespace: args.namespace.clone(),
+                duration: args.lease_duration,
+            }),
+            namespaces: args.namespaces.clone(),
+            aibrix_lease: args.aibrix_lease.0.clone(),
+        });
+        Ok(Settings {
+            local: args.local,
+            webhook_bind,
+            admin_bind,
+            reuse_port: args.reuse_port,
+            configs,
             sans,
+            server_name,
+            certs,
             lifetimes: Lifetimes {
                 ca: args.ca_lifetime,
                 serving: args.serving_lifetime,
                 injection_period: args.injection_period,
             },
-        },
-    };
+            release: args.release.clone(),
+            namespace: args.namespace.clone(),
+            failure_policy: args.failure_policy.clone(),
+            exclude_user: args.exclude_user.clone(),
+            controllers,
+            log_format: args.log_format,
+        })
+    }
+}
+
+/// Starts every task `settings` asks for and runs until SIGTERM or SIGINT — or until the
+/// controllers stop with an error. Either way the same shutdown follows: servers drained,
+/// controllers stopped (releasing the Lease), registered configurations removed.
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let config = kube::Config::infer()
+        .await
+        .context("loading the kubeconfig")?;
+    let metrics = Arc::new(Metrics::default());
+    let client = crate::client::counted(config.clone(), metrics.clone(), "certs")
+        .context("building the API client")?;
+    let webhook_listener = bind_webhook(settings.webhook_bind, settings.reuse_port)
+        .with_context(|| format!("binding the webhook server to {}", settings.webhook_bind))?;
+    let webhook_addr = webhook_listener.local_addr()?;
+    let admin_listener = TcpListener::bind(settings.admin_bind)
+        .await
+        .with_context(|| format!("binding the admin server to {}", settings.admin_bind))?;
+    let admin_addr = admin_listener.local_addr()?;
+    let configs = webhook_configs(&settings, &config, &client, webhook_addr).await?;
+    let source = cert_source(&settings, &client);
 
     let resolver = Arc::new(CertResolver::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (certs_tx, certs_rx) = watch::channel(CertState::default());
-
     let manager = tokio::spawn(webhook_certs::manager::run(
         source,
         configs,
@@ -293,8 +358,8 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let readiness = Readiness {
         certs: certs_rx,
         webhook_addr,
-        server_name,
-        own_bundle: configs_mode == WebhookConfigs::None,
+        server_name: settings.server_name.clone(),
+        own_bundle: settings.configs == WebhookConfigs::None,
     };
     let admin_router = admin::router(metrics.clone(), readiness.clone());
     let mut admin_shutdown = shutdown_rx.clone();
@@ -305,46 +370,40 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
             })
             .await
     });
-    tracing::info!(%webhook_addr, %admin_addr, local = args.local, "squall serving");
-    let election = args.leader_elect.unwrap_or(!args.local).then(|| Election {
-        lease: args
-            .lease_name
-            .clone()
-            .unwrap_or_else(|| format!("{}-controllers", args.release)),
-        namespace: args.namespace.clone(),
-        duration: args.lease_duration,
-    });
-    let controllers = args.controllers.then(|| {
-        let config = config.clone();
-        let namespaces = args.namespaces.clone();
-        let aibrix_lease = args.aibrix_lease.0.clone();
-        let metrics = metrics.clone();
-        let stop = shutdown_rx.clone();
+    tracing::info!(%webhook_addr, %admin_addr, local = settings.local, "squall serving");
+    let mut controllers = settings.controllers.map(|controllers| {
+        let (config, metrics, stop) = (config.clone(), metrics.clone(), shutdown_rx.clone());
         tokio::spawn(async move {
-            // SPEC §4.3: controllers start only once the webhooks are verifiably reachable.
+            // The controllers start only once the webhooks are verifiably reachable.
             while readiness.check().await.is_err() {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
-            if let Err(error) = run_controllers(
-                config,
-                metrics,
-                &namespaces,
-                election,
-                aibrix_lease,
-                crds_rx,
-                stop,
-            )
-            .await
-            {
-                tracing::error!(%error, "controllers stopped");
-                std::process::exit(1);
-            }
+            run_controllers(config, metrics, controllers, crds_rx, stop).await
         })
     });
 
-    wait_for_signal().await;
-    tracing::info!("shutting down");
+    // One way down, whatever brings it.
+    let failed = tokio::select! {
+        () = wait_for_signal() => None,
+        Some(result) = async {
+            match controllers.as_mut() {
+                Some(task) => Some(task.await),
+                None => std::future::pending().await,
+            }
+        } => {
+            controllers = None;
+            Some(match result {
+                Ok(Ok(())) => anyhow::anyhow!("the controllers stopped"),
+                Ok(Err(error)) => error,
+                Err(panic) => anyhow::anyhow!("the controllers failed: {panic}"),
+            })
+        }
+    };
+    match &failed {
+        None => tracing::info!("shutting down"),
+        Some(error) => tracing::error!(%error, "controllers stopped; shutting down"),
+    }
     let _ = shutdown_tx.send(true);
     let _ = tokio::join!(webhooks, admin);
     if let Some(controllers) = controllers {
@@ -352,13 +411,84 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     }
     publisher.abort();
     crd_lookup.abort();
-    if configs_mode == WebhookConfigs::Register {
+    if settings.configs == WebhookConfigs::Register {
         // A registration pointing at a stopped local server would block every apply.
-        deregister(&client, &args.release).await;
+        deregister(&client, &settings.release).await;
     }
-    match manager.await {
+    let managed = manager.await;
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    match managed {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(e)) => Err(e.into()),
+    }
+}
+
+/// What the certificate manager does with the webhook configurations.
+async fn webhook_configs(
+    settings: &Settings,
+    config: &kube::Config,
+    client: &kube::Client,
+    webhook_addr: SocketAddr,
+) -> anyhow::Result<Configs> {
+    Ok(match settings.configs {
+        WebhookConfigs::None => Configs::None,
+        WebhookConfigs::Inject => Configs::Inject {
+            client: client.clone(),
+            mutating: settings.release.clone(),
+            validating: settings.release.clone(),
+        },
+        WebhookConfigs::Register => {
+            // Registered configurations point the API server at this process by `url:`,
+            // which only a loopback API server may be given.
+            if !is_loopback_host(config.cluster_url.host()) {
+                bail!(
+                    "--webhook-configs=register needs a loopback API server; the kubeconfig's is {}",
+                    config.cluster_url
+                );
+            }
+            let exclude_user = match &settings.exclude_user {
+                Some(user) => Some(user.clone()),
+                None => own_username(client).await,
+            };
+            let (mutating, validating) = configurations(&Registration {
+                name: settings.release.clone(),
+                base_url: format!("https://{webhook_addr}"),
+                failure_policy: settings.failure_policy.clone(),
+                exclude_user,
+            });
+            Configs::Register {
+                client: client.clone(),
+                mutating: Box::new(mutating),
+                validating: Box::new(validating),
+            }
+        }
+    })
+}
+
+/// Where the certificate manager gets its certificates.
+fn cert_source(settings: &Settings, client: &kube::Client) -> Source {
+    let store = match &settings.certs {
+        Certs::External(dir) => {
+            return Source::External {
+                dir: dir.clone(),
+                poll: Duration::from_secs(1),
+            };
+        }
+        Certs::SelfSignedInDir(dir) => Store::Dir(dir.clone()),
+        Certs::SelfSignedInSecret(name) => Store::Secret {
+            api: Box::new(Api::<Secret>::namespaced(
+                client.clone(),
+                &settings.namespace,
+            )),
+            name: name.clone(),
+        },
+    };
+    Source::SelfSigned {
+        store,
+        sans: settings.sans.clone(),
+        lifetimes: settings.lifetimes,
     }
 }
 
@@ -410,6 +540,7 @@ fn bind_webhook(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListen
 }
 
 /// Where the controllers' Lease lives.
+#[derive(Debug, PartialEq)]
 struct Election {
     lease: String,
     namespace: String,
@@ -422,12 +553,16 @@ struct Election {
 async fn run_controllers(
     config: kube::Config,
     metrics: Arc<Metrics>,
-    namespaces: &[String],
-    election: Option<Election>,
-    aibrix_lease: Option<AibrixLease>,
+    controllers: Controllers,
     podgroup_crds: watch::Receiver<PodGroupCrds>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let Controllers {
+        election,
+        namespaces,
+        aibrix_lease,
+    } = controllers;
+    let namespaces = namespaces.as_slice();
     let Some(election) = election else {
         tracing::info!("starting controllers (no leader election)");
         metrics.set_leader(true);
@@ -571,6 +706,114 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// The settings of `squall run ARGS` (environment variables aside).
+    fn settings(args: &[&str]) -> anyhow::Result<Settings> {
+        let command = Command::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+            .expect("flags parse");
+        Settings::try_from(&command.run)
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn in_a_cluster_squall_binds_every_interface_injects_and_campaigns() {
+        let s = settings(&["--namespace=ops", "--release=sq"]).unwrap();
+        assert_eq!(
+            (s.webhook_bind, s.admin_bind),
+            (addr("0.0.0.0:9443"), addr("0.0.0.0:8080"))
+        );
+        assert_eq!(s.configs, WebhookConfigs::Inject);
+        assert_eq!(
+            s.sans,
+            [
+                "squall-webhook.ops.svc",
+                "squall-webhook.ops.svc.cluster.local"
+            ]
+        );
+        assert_eq!(s.server_name, "squall-webhook.ops.svc");
+        assert_eq!(s.certs, Certs::SelfSignedInSecret("sq-webhook-tls".into()));
+        let controllers = s.controllers.unwrap();
+        assert_eq!(
+            controllers.election,
+            Some(Election {
+                lease: "sq-controllers".into(),
+                namespace: "ops".into(),
+                duration: Duration::from_secs(15),
+            })
+        );
+    }
+
+    #[test]
+    fn local_binds_loopback_by_default_registers_and_runs_alone() {
+        let s = settings(&["--local", "--release=dev"]).unwrap();
+        assert_eq!(
+            (s.webhook_bind, s.admin_bind),
+            (addr("127.0.0.1:9443"), addr("127.0.0.1:8080"))
+        );
+        assert_eq!(s.configs, WebhookConfigs::Register);
+        assert_eq!(s.sans, ["127.0.0.1", "localhost"]);
+        assert_eq!(s.certs, Certs::SelfSignedInDir(local_cert_dir("dev")));
+        assert_eq!(s.controllers.unwrap().election, None);
+        // A chosen loopback address and certificate directory are kept.
+        let s = settings(&["--local", "--webhook-bind=127.0.0.2:1", "--cert-dir=/c"]).unwrap();
+        assert_eq!(s.sans[0], "127.0.0.2");
+        assert_eq!(s.certs, Certs::SelfSignedInDir("/c".into()));
+    }
+
+    #[test]
+    fn local_refuses_a_webhook_bind_off_loopback() {
+        let error = settings(&["--local", "--webhook-bind=0.0.0.0:9443"]).unwrap_err();
+        assert!(error.to_string().contains("loopback only"), "{error}");
+        let error =
+            settings(&["--webhook-configs=register", "--webhook-bind=10.0.0.1:9443"]).unwrap_err();
+        assert!(
+            error.to_string().contains("loopback --webhook-bind"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn external_certificates_need_their_directory_and_register_nothing() {
+        let error = settings(&["--cert-mode=external"]).unwrap_err();
+        assert!(error.to_string().contains("--cert-dir"), "{error}");
+        let s = settings(&["--cert-mode=external", "--cert-dir=/mnt"]).unwrap();
+        assert_eq!(s.certs, Certs::External("/mnt".into()));
+        assert_eq!(s.configs, WebhookConfigs::None);
+    }
+
+    #[test]
+    fn explicit_choices_win_over_the_mode_defaults() {
+        let s = settings(&[
+            "--local",
+            "--webhook-configs=none",
+            "--leader-elect=true",
+            "--lease-name=mine",
+            "--extra-san=squall.example",
+        ])
+        .unwrap();
+        assert_eq!(s.configs, WebhookConfigs::None);
+        assert_eq!(s.sans.last().map(String::as_str), Some("squall.example"));
+        let election = s.controllers.unwrap().election.unwrap();
+        assert_eq!(election.lease, "mine");
+        let s = settings(&["--controllers=false", "--leader-elect=false"]).unwrap();
+        assert_eq!(s.controllers, None);
+        let s = settings(&["--leader-elect=false", "--namespaces=a,b"]).unwrap();
+        let controllers = s.controllers.unwrap();
+        assert_eq!(
+            (controllers.election, controllers.namespaces),
+            (None, vec!["a".to_string(), "b".to_string()])
+        );
+    }
 
     #[test]
     fn only_loopback_api_servers_count_as_local() {
