@@ -63,6 +63,9 @@ pub const CONDITION_IN_PLACE_READY: &str =
 pub const CONDITION_READY: &str = "Ready";
 /// Whether a rollout is moving (False past `progressDeadlineSeconds`).
 pub const CONDITION_PROGRESSING: &str = "Progressing";
+/// Whether a StormService serves: enough RoleSets serving, whatever their revision (a
+/// Deployment's `Available`). `Ready` says more: the rollout is done.
+pub const CONDITION_AVAILABLE: &str = "Available";
 /// Whether `spec.paused` holds rollouts.
 pub const CONDITION_PAUSED: &str = "Paused";
 /// Whether the spec fails validation (the object is left alone).

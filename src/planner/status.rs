@@ -14,9 +14,9 @@ use kube::ResourceExt;
 use super::canary::{CanaryDecision, needs_stable_revision};
 use super::roleset::{PodView, RoleInput};
 use crate::api::keys::{
-    CONDITION_INVALID_SPEC, CONDITION_PAUSED, CONDITION_PROGRESSING, CONDITION_READY,
-    CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT, LABEL_STORM_SERVICE_NAME,
-    LABEL_STORM_SERVICE_REVISION,
+    CONDITION_AVAILABLE, CONDITION_INVALID_SPEC, CONDITION_PAUSED, CONDITION_PROGRESSING,
+    CONDITION_READY, CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT,
+    LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::{
     CanaryPhase, Condition, RoleSet, RoleSetStatus, RoleStatus, StormService, StormServiceStatus,
@@ -424,6 +424,29 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
             generation,
         )
     }];
+    // Ready says the rollout is done; Available that the service serves meanwhile — during
+    // a canary pause, a roll within its budgets — as a Deployment stays Available.
+    let serving_rolesets = count(&|r| serving(r));
+    let needed = desired
+        .saturating_sub(service.spec.fenceposts(desired as u32).max_unavailable as i32)
+        .max(desired.min(1));
+    conditions.push(if serving_rolesets >= needed {
+        condition(
+            CONDITION_AVAILABLE,
+            "True",
+            "MinimumRoleSetsServing",
+            format!("{serving_rolesets} of {desired} RoleSets serving; {needed} needed"),
+            generation,
+        )
+    } else {
+        condition(
+            CONDITION_AVAILABLE,
+            "False",
+            "MinimumRoleSetsNotServing",
+            format!("{serving_rolesets} of {desired} RoleSets serving; {needed} needed"),
+            generation,
+        )
+    });
     // Progress: any count moved since the stored status (or the spec changed).
     let moved = old.observed_generation != generation
         || (
@@ -538,6 +561,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
     // Conditions of other writers (the canary) are kept.
     let ours = [
         CONDITION_READY,
+        CONDITION_AVAILABLE,
         CONDITION_PROGRESSING,
         CONDITION_PAUSED,
         CONDITION_INVALID_SPEC,
@@ -612,6 +636,34 @@ pub fn fresh_ready(roleset: &RoleSet) -> bool {
             .iter()
             .flatten()
             .any(|c| c.type_ == CONDITION_READY && c.status == "True")
+}
+
+/// Whether a RoleSet serves: Ready, or — while its roles roll in place — every role with as
+/// many Ready replicas as its budgets keep (`replicas - maxUnavailable`, and at least one),
+/// per a status that describes its current generation.
+pub fn serving(roleset: &RoleSet) -> bool {
+    if fresh_ready(roleset) {
+        return true;
+    }
+    let Some(status) = roleset
+        .status
+        .as_ref()
+        .filter(|s| s.observed_generation == roleset.metadata.generation)
+    else {
+        return false;
+    };
+    let counted = status.roles.as_deref().unwrap_or_default();
+    roleset.spec.roles.iter().flatten().all(|role| {
+        let replicas = role.replicas_or_default();
+        let budget = role.fenceposts(u32::try_from(replicas).unwrap_or(0));
+        let needed = replicas
+            .saturating_sub(budget.max_unavailable as i32)
+            .max(replicas.min(1));
+        counted
+            .iter()
+            .find(|c| c.name == role.name)
+            .is_some_and(|c| c.ready_replicas >= needed)
+    })
 }
 
 /// Whether every role of a RoleSet has all its replicas updated (and Ready, with `ready`),
@@ -993,6 +1045,64 @@ mod tests {
             .flatten()
             .find(|c| c.type_ == type_)
             .unwrap()
+    }
+
+    #[test]
+    fn a_service_mid_rollout_is_available_though_not_ready() {
+        // Four RoleSets, two moved to the new revision, every one serving: a canary pause.
+        let mid = [
+            roleset("a", "old", true),
+            roleset("b", "old", true),
+            roleset("c", "new", true),
+            roleset("d", "new", true),
+        ];
+        let (status, _) = derive(&service(4, false, None), &mid, "old", at(0));
+        assert_eq!(
+            find(&status, "Ready").status,
+            "False",
+            "the rollout is not done"
+        );
+        let available = find(&status, "Available");
+        assert_eq!(available.status, "True");
+        assert_eq!(available.reason.as_deref(), Some("MinimumRoleSetsServing"));
+        // The default budget lets one RoleSet be away; two is one too many.
+        let (one_down, _) = derive(
+            &service(4, false, None),
+            &[
+                mid[0].clone(),
+                mid[1].clone(),
+                mid[2].clone(),
+                roleset("d", "new", false),
+            ],
+            "old",
+            at(0),
+        );
+        assert_eq!(find(&one_down, "Available").status, "True");
+        let (two_down, _) = derive(
+            &service(4, false, None),
+            &[
+                mid[0].clone(),
+                mid[1].clone(),
+                roleset("c", "new", false),
+                roleset("d", "new", false),
+            ],
+            "old",
+            at(0),
+        );
+        assert_eq!(find(&two_down, "Available").status, "False");
+        // One RoleSet whose roles roll in place within their budget still serves; none
+        // Ready at all does not, whatever the budget.
+        let mut rolling = roleset("a", "new", false);
+        let spec = serde_json::json!([{"name": "decode", "replicas": 2,
+            "updateStrategy": {"maxUnavailable": 1}}]);
+        rolling.spec.roles = serde_json::from_value(spec).unwrap();
+        let counts = &mut rolling.status.as_mut().unwrap().roles.as_mut().unwrap()[0];
+        counts.ready_replicas = 1;
+        let (pooled, _) = derive(&service(1, false, None), &[rolling.clone()], "new", at(0));
+        assert_eq!(find(&pooled, "Available").status, "True");
+        rolling.status.as_mut().unwrap().roles.as_mut().unwrap()[0].ready_replicas = 0;
+        let (down, _) = derive(&service(1, false, None), &[rolling], "new", at(0));
+        assert_eq!(find(&down, "Available").status, "False");
     }
 
     #[test]
