@@ -31,6 +31,17 @@ fn service(name: &str, replicas: i32, roles: &[(&str, i32)]) -> StormService {
     stormservice(name, replicas, strategy, roles)
 }
 
+/// The status of the StormService's condition `type_`.
+fn condition_status<'a>(ss: Option<&'a StormService>, type_: &str) -> Option<&'a str> {
+    ss?.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
 fn squall(args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(squall_bin())
         .args(args)
@@ -169,6 +180,14 @@ async fn a_replica_mode_canary_walks_every_step_within_its_weights() {
     .unwrap()
     .unwrap();
     assert_eq!(phase(Some(&gate)), Some(CanaryPhase::Paused));
+    // Every RoleSet serves at the gate: the service is Available, though not Ready (its
+    // rollout is not done).
+    let serving = wait_for(&api, "llm", "Available at the gate", TIMEOUT, |ss| {
+        condition_status(ss, "Available") == Some("True")
+    })
+    .await
+    .unwrap();
+    assert_eq!(condition_status(serving.as_ref(), "Ready"), Some("False"));
     // As a kubectl plugin, `squall status` shows the gate and each role's canary progress.
     let status = kubectl_squall(&["status", "llm", "-n", ns.name()]);
     for expected in [
