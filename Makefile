@@ -1,7 +1,7 @@
 # The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
 .PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench soak audit
 
-run:            ## local control plane + CRDs + samples (the operator once it exists)
+run:            ## local control plane, CRDs, samples checked, then the operator in the foreground
 	hack/run.sh
 
 test:           ## fmt, clippy, unit tests, then the e2e suite on the local control plane

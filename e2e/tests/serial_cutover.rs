@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use e2e::operator::{Operator, counter_sum, write_requests};
-use e2e::roles::{live_rolesets, role_of, set_role_image, stormservice};
+use e2e::roles::{live_rolesets, role_of, set_role_image, stormservice, stormservice_settled};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -513,18 +513,6 @@ async fn take_over(scenario: &str) -> Option<TakenOver> {
     })
 }
 
-/// Ready again after a change: observed at the new generation, one revision.
-fn settled_again(ss: Option<&StormService>) -> bool {
-    ss.is_some_and(|s| {
-        s.status.as_ref().is_some_and(|st| {
-            st.observed_generation == s.metadata.generation
-                && st.current_revision == st.update_revision
-                && st.ready_replicas == s.spec.replicas_or_default()
-                && st.updated_replicas == s.spec.replicas_or_default()
-        })
-    })
-}
-
 /// A pooled-mode StormService exactly as AIBrix's controller left it (a router, stateful
 /// prefill and decode pools) is taken over without restarting a pod; then a change of
 /// decode's image rolls decode only, within its budgets at every observed state.
@@ -543,7 +531,7 @@ async fn a_pooled_mode_service_aibrix_left_is_adopted_without_restarting_a_pod()
         &t.name,
         "Ready after the decode change",
         TIMEOUT,
-        settled_again,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();
@@ -597,7 +585,7 @@ async fn a_replica_mode_service_aibrix_left_is_adopted_without_restarting_a_pod(
         &t.name,
         "Ready after the decode change",
         TIMEOUT,
-        settled_again,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();
@@ -641,7 +629,7 @@ async fn a_service_aibrix_had_rolled_is_adopted_without_restarting_a_pod() {
         &t.name,
         "Ready after the prefill change",
         TIMEOUT,
-        settled_again,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();
@@ -682,7 +670,7 @@ async fn a_podset_mode_service_aibrix_left_is_adopted_without_restarting_a_pod()
         &t.name,
         "Ready after the router change",
         TIMEOUT,
-        settled_again,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();
@@ -775,13 +763,9 @@ async fn adopt_dry_run_predicts_exactly_the_pods_that_roll() {
             "--aibrix-lease=none",
         ],
     );
-    wait_for(
-        &api,
-        &name,
-        "Ready after the take-over",
-        TIMEOUT,
-        settled_again,
-    )
+    wait_for(&api, &name, "Ready after the take-over", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
     .await
     .unwrap();
     recorder.catch_up(&pods).await;

@@ -18,6 +18,7 @@ use e2e::fixtures::{fixture_object, header, invalid_fixtures, schema_enforced};
 use e2e::operator::{Operator, cluster_dir};
 use e2e::roles::{
     assert_roleset_budgets, live_rolesets, replay, roleset_ready, set_role_image, stormservice,
+    stormservice_settled,
 };
 use e2e::{Recorder, TestNamespace, client, install_crds, kubelet, wait_for, workspace_root};
 use k8s_openapi::api::core::v1::Pod;
@@ -45,18 +46,6 @@ fn service(name: &str) -> StormService {
         json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1}),
         &[("decode", PODS_PER_ROLESET as i32)],
     )
-}
-
-/// Ready with the rollout complete at the current generation.
-fn settled(ss: Option<&StormService>) -> bool {
-    ss.is_some_and(|s| {
-        s.status.as_ref().is_some_and(|st| {
-            st.observed_generation == s.metadata.generation
-                && st.current_revision == st.update_revision
-                && st.ready_replicas == REPLICAS
-                && st.updated_replicas == REPLICAS
-        })
-    })
 }
 
 /// After a rollout: exactly `REPLICAS` live RoleSets with distinct indexes, each with exactly
@@ -126,9 +115,11 @@ async fn settled_service(prefix: &str) -> Settled {
     api.create(&PostParams::default(), &service("llm"))
         .await
         .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
     Settled {
@@ -180,9 +171,11 @@ async fn a_kube_apiserver_restart_mid_rollout_loses_track_of_nothing() {
         .expect("e2e/cluster.sh runs");
     assert!(restart.success(), "kube-apiserver restarted");
 
-    wait_for(&api, "llm", "llm Ready after the restart", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "llm", "llm Ready after the restart", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     assert!(
         operator.wait_exit(Duration::ZERO).is_none(),
         "the operator rode out the restart"
@@ -236,9 +229,11 @@ async fn operator_kills_at_seeded_observed_states_leave_a_complete_rollout() {
         operator.kill();
         operator = Operator::start("fault-seeded", UNCHECKED);
     }
-    wait_for(&api, "llm", "llm Ready after the kills", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "llm", "llm Ready after the kills", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     recorder.catch_up(&rolesets).await;
     replay(&recorder.events(), start, |i, state| {
         assert_roleset_budgets(i, state, REPLICAS as usize + 1, REPLICAS as usize - 1)
@@ -312,7 +307,7 @@ async fn pods_deleted_and_failed_by_another_client_mid_rollout_are_replaced() {
         "llm",
         "llm Ready after the intrusions",
         TIMEOUT,
-        settled,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();

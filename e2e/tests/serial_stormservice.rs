@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::operator::Operator;
-use e2e::roles::{assert_roleset_budgets, live_rolesets, replay, roleset_ready};
+use e2e::roles::{
+    assert_roleset_budgets, live_rolesets, replay, roleset_ready, stormservice_settled,
+};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -47,15 +49,6 @@ fn condition(ss: Option<&StormService>, type_: &str) -> Option<(String, String)>
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
-}
-
-fn settled(ss: Option<&StormService>) -> bool {
-    ss.and_then(|s| s.status.as_ref().map(|st| (s, st)))
-        .is_some_and(|(s, st)| {
-            st.observed_generation == s.metadata.generation
-                && st.current_revision == st.update_revision
-                && condition(Some(s), "Ready").is_some_and(|(status, _)| status == "True")
-        })
 }
 
 #[tokio::test]
@@ -101,9 +94,11 @@ async fn an_unchecked_invalid_spec_gets_invalid_spec_and_no_rolesets_until_fixed
     )
     .await
     .unwrap();
-    let fixed = wait_for(&api, "bad", "Ready once fixed", TIMEOUT, settled)
-        .await
-        .unwrap();
+    let fixed = wait_for(&api, "bad", "Ready once fixed", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     assert_eq!(
         condition(fixed.as_ref(), "InvalidSpec")
             .map(|(status, _)| status)
@@ -156,7 +151,7 @@ async fn a_namespace_list_limits_what_the_controllers_reconcile() {
         "llm",
         "llm Ready in the served namespace",
         TIMEOUT,
-        settled,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();
@@ -195,9 +190,11 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
     )
     .await
     .unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     recorder.catch_up(&rolesets).await;
     let start = recorder.events().len();
 
@@ -234,9 +231,11 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
         operator.kill();
         operator = Operator::start("killed", UNCHECKED);
     }
-    wait_for(&api, "llm", "llm Ready after the rollout", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "llm", "llm Ready after the rollout", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     recorder.catch_up(&rolesets).await;
     let rollout_end = recorder.events().len();
 
@@ -256,7 +255,8 @@ async fn killed_mid_rollout_and_mid_scale_out_the_operator_resumes_within_budget
     operator.kill();
     let operator = Operator::start("killed", UNCHECKED);
     wait_for(&api, "llm", "llm Ready at 8", TIMEOUT, |ss| {
-        settled(ss) && ss.is_some_and(|s| s.status.as_ref().unwrap().ready_replicas == 8)
+        stormservice_settled(ss, None)
+            && ss.is_some_and(|s| s.status.as_ref().unwrap().ready_replicas == 8)
     })
     .await
     .unwrap();
@@ -294,9 +294,11 @@ async fn a_timed_pause_resumes_with_its_remaining_time_after_an_operator_restart
         .unwrap(),
     );
     api.create(&PostParams::default(), &ss).await.unwrap();
-    wait_for(&api, "llm", "llm Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "llm", "llm Ready", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     api.patch(
         "llm",
         &PatchParams::default(),
@@ -398,9 +400,11 @@ async fn a_huge_replica_count_is_reported_and_the_operator_serves_everyone_else(
     )
     .await
     .unwrap();
-    wait_for(&api, "scaled", "scaled Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "scaled", "scaled Ready", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
 
     // The CRD's bound: refused by the API server, naming the field.
     let refused = e2e::kubectl(
@@ -474,9 +478,11 @@ async fn a_huge_replica_count_is_reported_and_the_operator_serves_everyone_else(
         .unwrap()[0]
         .stateful = Some(true);
     api.create(&PostParams::default(), &role).await.unwrap();
-    wait_for(&api, "role", "role Ready", TIMEOUT, settled)
-        .await
-        .unwrap();
+    wait_for(&api, "role", "role Ready", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
     api.patch(
         "role",
         &PatchParams::default(),
@@ -530,7 +536,7 @@ async fn a_huge_replica_count_is_reported_and_the_operator_serves_everyone_else(
         "llm",
         "a StormService in another namespace Ready",
         TIMEOUT,
-        settled,
+        |ss| stormservice_settled(ss, None),
     )
     .await
     .unwrap();

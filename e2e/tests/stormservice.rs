@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use e2e::roles::{
     assert_pod_budgets, assert_roleset_budgets, live_rolesets, replay, role_of, stormservice,
+    stormservice_settled,
 };
 use e2e::{Recorder, TestNamespace, apply, client, documents, install_crds, shared_dir, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -19,24 +20,6 @@ use serde_json::{Value, json};
 use squall::api::{RoleSet, StormService};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
-
-/// Ready at `generation`: status observed there, one revision, condition Ready True.
-fn settled(ss: Option<&StormService>, generation: Option<i64>) -> bool {
-    let Some(ss) = ss else { return false };
-    let Some(status) = ss.status.as_ref() else {
-        return false;
-    };
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    let at = generation.unwrap_or(ss.metadata.generation.unwrap_or_default());
-    status.observed_generation == Some(at)
-        && ss.metadata.generation == Some(at)
-        && status.current_revision == status.update_revision
-        && ready
-}
 
 async fn patch(api: &Api<StormService>, name: &str, ops: Value) -> StormService {
     api.patch(
@@ -54,10 +37,12 @@ async fn wait_settled(
     generation: i64,
     what: &str,
 ) -> StormService {
-    wait_for(api, name, what, TIMEOUT, |ss| settled(ss, Some(generation)))
-        .await
-        .unwrap()
-        .unwrap()
+    wait_for(api, name, what, TIMEOUT, |ss| {
+        stormservice_settled(ss, Some(generation))
+    })
+    .await
+    .unwrap()
+    .unwrap()
 }
 
 #[tokio::test]
@@ -104,7 +89,7 @@ async fn every_upstream_sample_reaches_ready_with_its_rolesets_and_pods() {
                     name,
                     &format!("{} {name} Ready", file.display()),
                     TIMEOUT,
-                    |ss| settled(ss, None),
+                    |ss| stormservice_settled(ss, None),
                 )
                 .await
                 .unwrap();
@@ -633,7 +618,7 @@ async fn an_hpa_scales_the_stormservice_through_the_scale_subresource() {
     let out = apply(ns.name(), &hpa.to_string());
     assert!(out.success, "{}", out.stderr);
     let scaled = wait_for(&api, "scaled", "5 Ready RoleSets", TIMEOUT, |ss| {
-        ss.is_some_and(|ss| ss.spec.replicas == Some(5) && settled(Some(ss), None))
+        ss.is_some_and(|ss| ss.spec.replicas == Some(5) && stormservice_settled(Some(ss), None))
     })
     .await
     .unwrap()
@@ -744,7 +729,7 @@ async fn a_stalled_rollout_exceeds_its_progress_deadline_until_pods_are_ready() 
         "slow",
         "Ready with the rollout complete",
         TIMEOUT,
-        |ss| settled(ss, None) && progressing(ss, "True", "RolloutComplete"),
+        |ss| stormservice_settled(ss, None) && progressing(ss, "True", "RolloutComplete"),
     )
     .await
     .unwrap();
@@ -925,7 +910,7 @@ async fn a_service_of_the_same_name_that_squall_does_not_own_is_left_alone() {
     .unwrap();
     let reported = wait_for(&api, "llm", "ServiceConflict and Ready", TIMEOUT, |ss| {
         condition_of(ss, "ServiceConflict").is_some_and(|(status, _)| status == "True")
-            && settled(ss, None)
+            && stormservice_settled(ss, None)
     })
     .await
     .unwrap();
