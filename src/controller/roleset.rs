@@ -161,8 +161,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     if let Some(sequence) = &pass.sequence
         && ctx.once_per_generation(roleset, "upgrade sequence")
     {
-        tracing::info!(namespace = %roleset.namespace().unwrap_or_default(), roleset = %roleset.name_any(),
-            %sequence, "sequential upgrade order");
+        // The reconcile's span names the RoleSet.
+        tracing::info!(%sequence, "sequential upgrade order");
     }
     let namespace = roleset.namespace().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);

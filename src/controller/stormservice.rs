@@ -209,9 +209,14 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         ctx.metrics.api_write("stormservice", "patch", "rolesets");
     }
     if !action.is_empty() {
-        tracing::info!(namespace = %service.namespace().unwrap_or_default(), stormservice = %service.name_any(),
-            created = action.create.len(), deleted = action.delete.len(),
-            updated_in_place = action.update_in_place.len(), scaling = action.scaling, "RoleSets");
+        // The reconcile's span names the StormService.
+        tracing::info!(
+            created = action.create.len(),
+            deleted = action.delete.len(),
+            updated_in_place = action.update_in_place.len(),
+            scaling = action.scaling,
+            "RoleSets"
+        );
     }
 
     let decision = pass.canary.as_ref().map(|c| &c.decision);
@@ -246,8 +251,12 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             transition.message.clone(),
         )
         .await;
-        tracing::info!(namespace = %service.namespace().unwrap_or_default(), stormservice = %service.name_any(),
-            reason = transition.reason, trigger = transition.trigger.as_str(), "{}", transition.message);
+        tracing::info!(
+            reason = transition.reason,
+            trigger = transition.trigger.as_str(),
+            "{}",
+            transition.message
+        );
     }
     truncate_history(service, ctx, &revisions, &rolesets).await?;
     match refused {
@@ -443,8 +452,7 @@ async fn announce_cut_over(
         revisions.update.name_any(),
         plan.rolesets.len() - kept
     );
-    tracing::info!(namespace = %service.namespace().unwrap_or_default(),
-        stormservice = %service.name_any(), %note, "cut-over");
+    tracing::info!(%note, "cut-over");
     ctx.publish("stormservice", service, None, "CutOver", "Adopt", note)
         .await;
 }

@@ -297,10 +297,8 @@ struct RequestView<'a, O> {
     #[allow(dead_code)] // required, as kube requires it; not read
     #[serde(borrow)]
     resource: ResourceView<'a>,
-    #[allow(dead_code)]
     #[serde(borrow, default)]
     name: Str<'a>,
-    #[allow(dead_code)]
     #[serde(borrow, default)]
     namespace: Option<Str<'a>>,
     operation: Operation,
@@ -401,12 +399,18 @@ fn review_in_general(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answ
         )));
     }
     let request = review.request.ok_or(BadRequest::NoRequest)?;
-    Ok(answer(
-        hook,
-        body.len(),
-        decide(hook, &request, crds),
-        &request.uid,
-    ))
+    // The general path is the one that logs (odd kinds, unreadable objects): every line
+    // names the object. (The one-pass path logs nothing but an oversized patch, which names
+    // it too; a span on every ordinary review would cost each `kubectl apply`.)
+    let span = tracing::info_span!(
+        "admission",
+        webhook = hook.name(),
+        kind = %request.kind.kind,
+        namespace = request.namespace.as_deref().unwrap_or_default(),
+        name = %request.name,
+    );
+    let decision = span.in_scope(|| decide(hook, &request, crds));
+    Ok(answer(hook, body.len(), decision, &request))
 }
 
 /// The review of an ordinary create or update of the webhook's kind, read in one pass: the
@@ -479,7 +483,7 @@ fn in_one_pass<'a, O: Deserialize<'a>>(
         decision.say_missing_crds(&view, crds);
         decision
     };
-    Some(answer(hook, body.len(), decision, &request.uid))
+    Some(answer(hook, body.len(), decision, &request))
 }
 
 /// Whether the body has an `oldObject` that is a JSON object: which one-pass reading to try
@@ -497,14 +501,22 @@ fn names_stored_object(body: &[u8]) -> bool {
     })
 }
 
-/// The answer to a decided review of `request_bytes`, to the request `uid`.
-fn answer(hook: Hook, request_bytes: usize, mut decision: Decision, uid: &str) -> Answer {
+/// The answer to a decided review of `request_bytes`, to `request`.
+fn answer<O>(
+    hook: Hook,
+    request_bytes: usize,
+    mut decision: Decision,
+    request: &RequestView<'_, O>,
+) -> Answer {
     let patch_bytes = decision.patch.as_ref().map_or(0, Vec::len);
     if patch_bytes > request_bytes + PATCH_HEADROOM {
         // Defaulting adds a few fields per role and the bounded lists keep it small; this
         // is the backstop that keeps a response from outgrowing its request.
         tracing::warn!(
             webhook = hook.name(),
+            kind = %request.kind.kind,
+            namespace = request.namespace.as_deref().unwrap_or_default(),
+            name = %request.name,
             patch_bytes,
             request_bytes,
             "patch too large; denied"
@@ -522,7 +534,7 @@ fn answer(hook: Hook, request_bytes: usize, mut decision: Decision, uid: &str) -
         };
     }
     Answer {
-        json: decision.render(uid),
+        json: decision.render(&request.uid),
         verdict: decision.verdict(),
     }
 }
