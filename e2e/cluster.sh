@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local control plane for squall's e2e suite: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and kwok (fake nodes and pods), all listening on
-# and dialling loopback only (SPEC §9). Binaries come from hack/build-tools.sh.
+# and dialling loopback only (docs/architecture.md#loopback-only). Binaries come from hack/build-tools.sh.
 #
 # Usage: e2e/cluster.sh up|down|status|restart-apiserver
 #   up                 start everything (or reuse a healthy cluster), print `export KUBECONFIG=...`

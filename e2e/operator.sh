@@ -5,7 +5,7 @@
 # that runs with exactly the container args and env of the installed Deployment, under the
 # chart ServiceAccount's token (a TokenRequest bound to one of the chart's pods), as the
 # image's non-root user with an unwritable working directory and HOME. Every ordinary e2e
-# test passing against it proves the chart's RBAC is enough (SPEC §8, §9).
+# test passing against it proves the chart's RBAC is enough (docs/architecture.md#the-process, docs/architecture.md#loopback-only).
 #
 # Usage: e2e/operator.sh start|stop
 #   start  install the chart, start the process (PID in $SQUALL_CLUSTER_DIR/squall.pid, log

@@ -29,7 +29,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// Ready when the served chain verifies, by a TLS handshake to the bound socket, against
-    /// the `caBundle` currently in both webhook configurations (SPEC §4.3).
+    /// the `caBundle` currently in both webhook configurations (docs/certificates.md).
     pub async fn check(&self) -> Result<(), String> {
         let state = self.certs.borrow().clone();
         if let Some(problem) = state.problem {

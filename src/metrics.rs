@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §7), served on the admin port's `/metrics`.
+//! Prometheus metrics (docs/architecture.md#observability), served on the admin port's `/metrics`.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Conformance with AIBrix (SPEC §1), on `../shared/conformance/`:
+//! Conformance with AIBrix (docs/aibrix-compatibility.md), on `../shared/conformance/`:
 //! - every StormService / RoleSet / PodSet sample deserializes and re-serializes without
 //!   losing or renaming a field;
 //! - squall's CRD schemas accept everything AIBrix's accept, for squall-owned fields and the
@@ -185,23 +185,23 @@ const INTENDED: &[(&str, &str, &str)] = &[
     (
         "stormservices:spec.template.spec.roles",
         "x-kubernetes-list-type map",
-        "SPEC §1: roles are a list map keyed by name so server-side apply merges them; \
-         duplicate role names are invalid (SPEC §4.2 rule 6)",
+        "docs/aibrix-compatibility.md: roles are a list map keyed by name so server-side apply merges them; \
+         duplicate role names are invalid (docs/admission.md#rules rule 6)",
     ),
     (
         "rolesets:spec.roles",
         "x-kubernetes-list-type map",
-        "SPEC §1: roles are a list map keyed by name; duplicates are invalid (rule 6)",
+        "docs/aibrix-compatibility.md: roles are a list map keyed by name; duplicates are invalid (rule 6)",
     ),
     (
         "stormservices:spec.template.spec.roles[]",
         "required [name]",
-        "a list-map key must be required; unnamed roles are invalid (SPEC §4.2 rule 6)",
+        "a list-map key must be required; unnamed roles are invalid (docs/admission.md#rules rule 6)",
     ),
     (
         "rolesets:spec.roles[]",
         "required [name]",
-        "a list-map key must be required; unnamed roles are invalid (SPEC §4.2 rule 6)",
+        "a list-map key must be required; unnamed roles are invalid (docs/admission.md#rules rule 6)",
     ),
     (
         "rolesets:spec.roles",
@@ -381,9 +381,9 @@ fn superset(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<Stricter>) {
     }
 }
 
-/// Collects differences in CRD defaults on squall-owned fields (SPEC §2: the schema carries
-/// exactly AIBrix's own defaults). Pod templates are core/v1 and skipped: the Pod API applies
-/// its own defaults when pods are created.
+/// Collects differences in CRD defaults on squall-owned fields (docs/admission.md#defaults: the
+/// schema carries exactly AIBrix's own defaults). Pod templates are core/v1 and skipped: the Pod
+/// API applies its own defaults when pods are created.
 fn owned_defaults(theirs: &Value, ours: &Value, path: &str, out: &mut Vec<String>) {
     if ours
         .pointer("/properties/spec/properties/containers")

@@ -1,4 +1,4 @@
-//! One test per validation rule of SPEC §4.2.
+//! One test per validation rule of docs/admission.md#rules.
 //!
 //! CREATE-time rules use the fixtures in `tests/fixtures/invalid/`: each file starts with
 //! `# expect-error: <field path>` / `# expect-warning: <text>` lines, checked both against

@@ -1,5 +1,6 @@
-//! The invalid-object fixtures of `tests/fixtures/invalid/` (one per SPEC §4.2 rule): each
-//! file's header names the fields its errors and warnings must mention.
+//! The invalid-object fixtures of `tests/fixtures/invalid/` (one per rule of
+//! docs/admission.md#rules): each file's header names the fields its errors and warnings must
+//! mention.
 
 use std::path::{Path, PathBuf};
 

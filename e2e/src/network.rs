@@ -1,4 +1,5 @@
-//! TLS probes of the webhook server and the loopback-only connection check (SPEC §9).
+//! TLS probes of the webhook server and the loopback-only connection check
+//! (docs/architecture.md#loopback-only).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

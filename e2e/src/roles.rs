@@ -109,10 +109,10 @@ pub fn roleset_ready(roleset: &RoleSet) -> bool {
         })
 }
 
-/// The pod budgets of RoleSet roles at one observed state (SPEC §3.4, for the controller's
-/// own actions): per RoleSet and role, at most `replicas + max_surge` pods, terminating ones
-/// included, and at least `replicas - max_unavailable` that are live and Ready. `roles` is
-/// (role, replicas); pods of other roles are not checked.
+/// The pod budgets of RoleSet roles at one observed state (docs/rollouts.md#invariants, for the
+/// controller's own actions): per RoleSet and role, at most `replicas + max_surge` pods,
+/// terminating ones included, and at least `replicas - max_unavailable` that are live and Ready.
+/// `roles` is (role, replicas); pods of other roles are not checked.
 pub fn assert_pod_budgets(
     event: usize,
     state: &std::collections::BTreeMap<String, Pod>,

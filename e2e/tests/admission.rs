@@ -1,6 +1,6 @@
 //! The admission webhooks at `kubectl apply` time, served by the shared operator
-//! (`e2e/operator.sh start`): defaults are stored, every webhook rule of SPEC §4.2 denies
-//! with the webhook's name and the field path, warnings reach kubectl.
+//! (`e2e/operator.sh start`): defaults are stored, every webhook rule of docs/admission.md#rules
+//! denies with the webhook's name and the field path, warnings reach kubectl.
 
 use e2e::fixtures::{SCHEMA_ENFORCED, fixture_object, header, invalid_fixtures as fixtures};
 use e2e::{TestNamespace, client, install_crds, kubectl};

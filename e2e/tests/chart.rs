@@ -1,8 +1,8 @@
-//! The Helm chart (SPEC §8), rendered offline: `helm lint --strict` and `helm template` for a
-//! table of values combinations, with assertions on what each renders — hardening, least
-//! privilege, webhook client configs, third-party kinds (cert-manager, ServiceMonitor) that
-//! are only checked here — plus the drift tests of the webhook configurations against what
-//! `squall run --local` registers, and of `manifests/install.yaml` against the chart.
+//! The Helm chart (docs/architecture.md#the-process), rendered offline: `helm lint --strict` and
+//! `helm template` for a table of values combinations, with assertions on what each renders —
+//! hardening, least privilege, webhook client configs, third-party kinds (cert-manager,
+//! ServiceMonitor) that are only checked here — plus the drift tests of the webhook configurations
+//! against what `squall run --local` registers, and of `manifests/install.yaml` against the chart.
 
 use e2e::helm::{lint, template};
 use e2e::workspace_root;
@@ -130,7 +130,7 @@ fn common(docs: &[Value]) {
     );
 }
 
-/// The pod hardening of SPEC §8.
+/// The pod hardening of docs/architecture.md#the-process.
 fn hardened(docs: &[Value]) {
     let pod = &one(docs, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);

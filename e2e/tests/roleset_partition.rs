@@ -1,6 +1,7 @@
-//! The role `rollout` block (SPEC §5.2) on the local control plane (shared operator): a
-//! partition of 2 of 3 keeps two pods on the stable template through an image change, and a
-//! stable pod that dies comes back from the stable ControllerRevision.
+//! The role `rollout` block (docs/rollouts.md#the-pooled-canary-the-role-rollout-block) on the
+//! local control plane (shared operator): a partition of 2 of 3 keeps two pods on the stable
+//! template through an image change, and a stable pod that dies comes back from the stable
+//! ControllerRevision.
 
 use std::time::Duration;
 

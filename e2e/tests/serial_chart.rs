@@ -1,7 +1,7 @@
-//! The chart's life cycle on the local control plane (SPEC §8): `helm install --wait` (the
-//! Deployment's pods are kwok pods), `helm upgrade` to a chart whose CRD changed (from the
-//! chart at the last git tag when there is one), `helm rollback`, and `helm uninstall`,
-//! which keeps the CRDs and users' objects; then `squall cleanup --remove-finalizers`
+//! The chart's life cycle on the local control plane (docs/architecture.md#the-process): `helm
+//! install --wait` (the Deployment's pods are kwok pods), `helm upgrade` to a chart whose CRD
+//! changed (from the chart at the last git tag when there is one), `helm rollback`, and `helm
+//! uninstall`, which keeps the CRDs and users' objects; then `squall cleanup --remove-finalizers`
 //! finishes a deletion the uninstalled operator can no longer finish.
 //!
 //! Serial: the CRDs are cluster-wide, and the release owns them while this test runs.

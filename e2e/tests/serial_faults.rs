@@ -331,10 +331,10 @@ async fn pods_deleted_and_failed_by_another_client_mid_rollout_are_replaced() {
     assert_no_orphans_or_duplicates(&client, ns.name()).await;
 }
 
-/// SPEC §4.2 rules with no webhook in the way: every invalid StormService fixture the schema
-/// admits gets `InvalidSpec` naming the field and no RoleSet; every invalid RoleSet fixture
-/// gets a `Ready=False` / `ReplicaFailure` condition naming it and no pod; the operator keeps
-/// running.
+/// The rules of docs/admission.md#rules with no webhook in the way: every invalid StormService
+/// fixture the schema admits gets `InvalidSpec` naming the field and no RoleSet; every invalid
+/// RoleSet fixture gets a `Ready=False` / `ReplicaFailure` condition naming it and no pod; the
+/// operator keeps running.
 #[tokio::test]
 #[ignore = "needs the local control plane (make test)"]
 async fn every_invalid_fixture_is_reported_on_the_object_and_never_crashes_the_operator() {

@@ -1,8 +1,8 @@
-//! Leader election (SPEC §5.1) with two replicas as the chart runs them: both serve webhooks
-//! on one loopback port (`--reuse-port`) with certificates from one Secret injected into
-//! the configurations; exactly one holds the Lease and reconciles (its metrics and log say
-//! so, the other wrote nothing). SIGKILL the leader in the middle of a rollout: the webhooks
-//! keep answering on the same port, the standby takes the Lease over and completes the
+//! Leader election (docs/architecture.md#one-reconcile) with two replicas as the chart runs them:
+//! both serve webhooks on one loopback port (`--reuse-port`) with certificates from one Secret
+//! injected into the configurations; exactly one holds the Lease and reconciles (its metrics and
+//! log say so, the other wrote nothing). SIGKILL the leader in the middle of a rollout: the
+//! webhooks keep answering on the same port, the standby takes the Lease over and completes the
 //! rollout. Prints the measured takeover time against lease duration + grace.
 
 use std::time::{Duration, Instant};

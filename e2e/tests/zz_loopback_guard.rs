@@ -1,6 +1,6 @@
-//! The loopback guard (SPEC §9), run last by `make test`: nothing configured in the cluster
-//! makes the API server dial a non-loopback address, and no process the harness started has
-//! a connection to one.
+//! The loopback guard (docs/architecture.md#loopback-only), run last by `make test`: nothing
+//! configured in the cluster makes the API server dial a non-loopback address, and no process the
+//! harness started has a connection to one.
 
 use std::net::IpAddr;
 

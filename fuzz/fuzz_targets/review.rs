@@ -1,5 +1,5 @@
 //! Fuzzes the admission review handler: any request body, for every webhook, must give an
-//! AdmissionReview or a 400 — never a panic (SPEC §4.2, "Malformed requests").
+//! AdmissionReview or a 400 — never a panic (docs/admission.md#malformed-requests).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,5 +1,5 @@
 //! Surge / unavailable budgets: parsing of `maxSurge` / `maxUnavailable` and AIBrix's
-//! fence-post rule (AIBRIX-REFERENCE §2.2.5), shared by the StormService and role levels.
+//! fence-post rule (docs/rollouts.md#budgets), shared by the StormService and role levels.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 

@@ -1,4 +1,4 @@
-//! Types shared by StormService, RoleSet and PodSet (AIBRIX-REFERENCE §1.2–§1.4).
+//! Types shared by StormService, RoleSet and PodSet (docs/aibrix-compatibility.md#the-same).
 
 use std::collections::BTreeMap;
 
@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Type of the condition, e.g. `Ready`, `Progressing`, `ReplicaFailure`, `InvalidSpec`, `Paused`.
+    /// Type of the condition, e.g. `Ready`, `Progressing`, `ReplicaFailure`, `InvalidSpec`,
+    /// `Paused`.
     #[serde(rename = "type")]
     pub type_: String,
     /// Status of the condition: `True`, `False` or `Unknown`.
@@ -25,7 +26,8 @@ pub struct Condition {
     /// Last time the condition was written (kept for AIBrix compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
-    /// Last time the condition was written, with microsecond precision (kept for AIBrix compatibility).
+    /// Last time the condition was written, with microsecond precision (kept for AIBrix
+    /// compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_micro_time: Option<MicroTime>,
     /// Machine-readable, CamelCase reason for the condition's last transition.
@@ -295,7 +297,7 @@ pub struct EmbeddedObjectMetadata {
 
 /// Status structs read absent counters as 0 (`#[serde(default)]`), which schemars would
 /// publish as schema defaults; AIBrix's status schemas have none, and the CRD keeps exactly
-/// AIBrix's defaults (SPEC §2).
+/// AIBrix's defaults (docs/admission.md#defaults).
 pub(crate) fn without_property_defaults(schema: &mut schemars::Schema) {
     if let Some(properties) = schema
         .get_mut("properties")

@@ -1,6 +1,7 @@
-//! Defaulting (SPEC §2), decided on a view of the object's JSON and written as a JSON patch
-//! that only adds what is absent and never rewrites a field the user set. The controllers treat an
-//! absent value exactly as its default, so behaviour never depends on the webhook.
+//! Defaulting (docs/admission.md#defaults), decided on a view of the object's JSON and written as a
+//! JSON patch that only adds what is absent and never rewrites a field the user set. The
+//! controllers treat an absent value exactly as its default, so behaviour never depends on the
+//! webhook.
 
 use serde_json::Value;
 
@@ -88,9 +89,9 @@ impl PatchWriter {
     }
 }
 
-/// The defaults of SPEC §2 for the JSON of a StormService or a RoleSet, written into `patch`
-/// as `add` operations while reading its view ([`crate::api::view`]): what is absent (or
-/// `null`) gets its default; a field the user set is never rewritten.
+/// The defaults of docs/admission.md#defaults for the JSON of a StormService or a RoleSet, written
+/// into `patch` as `add` operations while reading its view ([`crate::api::view`]): what is absent
+/// (or `null`) gets its default; a field the user set is never rewritten.
 ///
 /// An object that does not parse into squall's types, or is over the list bounds, gets no
 /// defaults and the error is returned (found on the slow path that names the field), so the
@@ -132,8 +133,8 @@ pub fn write_view_defaults(
     Ok(warnings)
 }
 
-/// Applies the defaults of SPEC §2 ([`write_defaults`]) to a raw object of an owned kind, in
-/// place; other kinds are left untouched.
+/// Applies the defaults of docs/admission.md#defaults ([`write_defaults`]) to a raw object of an
+/// owned kind, in place; other kinds are left untouched.
 pub fn apply_defaults(object: &mut Value) -> Result<Vec<String>, FieldError> {
     let Some(kind) = OwnedKind::of(object) else {
         return Ok(Vec::new());

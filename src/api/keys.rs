@@ -1,6 +1,6 @@
 //! Label, annotation, finalizer and field-manager names — AIBrix's, so existing clusters,
-//! gateways and autoscalers keep working (AIBRIX-REFERENCE §4). One place for all of them;
-//! each is added here by the code that first uses it.
+//! gateways and autoscalers keep working (docs/aibrix-compatibility.md#the-same). One place for all
+//! of them; each is added here by the code that first uses it.
 
 /// Field manager of squall's writes.
 pub const FIELD_MANAGER: &str = "squall";
@@ -59,7 +59,7 @@ pub const ANNOTATION_IN_PLACE_PENDING_REASON: &str =
 pub const CONDITION_IN_PLACE_READY: &str =
     "stormservice.orchestration.aibrix.ai/in-place-update-ready";
 
-/// Condition types squall writes on its objects' status (AIBRIX-REFERENCE §1.4).
+/// Condition types squall writes on its objects' status (docs/aibrix-compatibility.md#the-same).
 pub const CONDITION_READY: &str = "Ready";
 /// Whether a rollout is moving (False past `progressDeadlineSeconds`).
 pub const CONDITION_PROGRESSING: &str = "Progressing";

@@ -1,5 +1,5 @@
 //! PodSet: one multi-node gang of pods of a role with `podGroupSize > 1`
-//! (AIBRIX-REFERENCE §1.3). Created by the RoleSet controller, not by users.
+//! (docs/aibrix-compatibility.md#the-same). Created by the RoleSet controller, not by users.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;

@@ -1,5 +1,6 @@
 //! RoleSet: one replica of a StormService — the pods (or PodSets) of every role
-//! (AIBRIX-REFERENCE §1.2, SPEC §5.2).
+//! (docs/aibrix-compatibility.md#the-same,
+//! docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -143,7 +144,8 @@ pub enum RoleUpdateStrategyType {
     InPlaceIfPossible,
 }
 
-/// The pooled-canary partition of one role (SPEC §5.2).
+/// The pooled-canary partition of one role
+/// (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleRollout {

@@ -1,5 +1,5 @@
-//! StormService: a multi-role inference service made of RoleSets (AIBRIX-REFERENCE §1.1,
-//! §1.5; SPEC §3).
+//! StormService: a multi-role inference service made of RoleSets
+//! (docs/aibrix-compatibility.md#the-same, docs/rollouts.md#canary).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -267,7 +267,7 @@ pub struct StormServiceStatus {
     pub canary_status: Option<CanaryStatus>,
 }
 
-/// State of a canary rollout (SPEC §3.1).
+/// State of a canary rollout (docs/rollouts.md#status).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = super::common::without_property_defaults)]
@@ -451,8 +451,8 @@ impl StormServiceSpec {
 
 impl PauseStep {
     /// The pause length in seconds: `None` for a manual gate (no duration), `Some(0)` for no
-    /// wait. Grammar (SPEC §3): an integer number of seconds, or `^(\d+h)?(\d+m)?(\d+s)?$`
-    /// (non-empty). The error says what is wrong.
+    /// wait. Grammar (docs/rollouts.md#canary): an integer number of seconds, or
+    /// `^(\d+h)?(\d+m)?(\d+s)?$` (non-empty). The error says what is wrong.
     pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
         pause_seconds(self.duration.as_ref().map(IntOrStr::from).as_ref())
     }

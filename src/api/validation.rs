@@ -1,5 +1,5 @@
-//! Validation of StormService, RoleSet and PodSet (SPEC §4.2): one set of pure functions
-//! for the validating webhook, the controllers (`InvalidSpec`) and `squall lint`.
+//! Validation of StormService, RoleSet and PodSet (docs/admission.md#rules): one set of pure
+//! functions for the validating webhook, the controllers (`InvalidSpec`) and `squall lint`.
 //!
 //! Errors name the field in Kubernetes' path form (`spec.template.spec.roles[1].name`);
 //! warnings are advice that never blocks an apply.
@@ -614,14 +614,14 @@ pub fn validate_podset(new: &PodSet, _old: Option<&PodSet>) -> Report {
     report
 }
 
-/// Updates that are always allowed (SPEC §4.2), so objects admitted earlier can be
+/// Updates that are always allowed (docs/admission.md#rules), so objects admitted earlier can be
 /// finalized and deleted: the object is terminating, or only metadata or status changed.
 fn is_exempt_update(new_meta: &MetaView<'_>, spec_unchanged: bool) -> bool {
     new_meta.deletion_timestamp.is_some() || spec_unchanged
 }
 
-/// Ratcheting (SPEC §4.2): an update may keep violations the stored object already had; only
-/// new ones deny it.
+/// Ratcheting (docs/admission.md#rules): an update may keep violations the stored object already
+/// had; only new ones deny it.
 fn ratchet(report: &mut Report, old: &Report) {
     let existing: HashSet<&FieldError> = old.errors.iter().collect();
     report.errors.retain(|e| !existing.contains(e));
@@ -812,8 +812,9 @@ fn check_roleset_spec(
     }
 }
 
-/// The warning for a role list that mixes explicit and absent `upgradeOrder` (SPEC §2); the
-/// mutating webhook returns it too, since defaulting fills the absent ones.
+/// The warning for a role list that mixes explicit and absent `upgradeOrder`
+/// (docs/admission.md#defaults); the mutating webhook returns it too, since defaulting fills the
+/// absent ones.
 pub fn mixed_upgrade_order_warning(roleset_spec_path: &str) -> String {
     format!(
         "{roleset_spec_path}.roles: roles without upgradeOrder upgrade first; AIBrix >= v0.5 upgrades them last"

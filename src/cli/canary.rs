@@ -1,7 +1,7 @@
-//! `squall status | promote | abort | retry | pause | resume` (SPEC §6): the user's side of a
-//! canary. Writes are the AIBrix-compatible ones — promote removes the pause condition from
-//! `status.canaryStatus`, abort / retry / promote --full set the canary's user fields, pause /
-//! resume set `spec.paused` — so `kubectl patch` does the same.
+//! `squall status | promote | abort | retry | pause | resume` (docs/architecture.md#the-process):
+//! the user's side of a canary. Writes are the AIBrix-compatible ones — promote removes the pause
+//! condition from `status.canaryStatus`, abort / retry / promote --full set the canary's user
+//! fields, pause / resume set `spec.paused` — so `kubectl patch` does the same.
 //!
 //! Exit codes: 0 done; 1 the object could not be read or written; 3 nothing to do (no
 //! canary, or no pause gate open for `promote`).

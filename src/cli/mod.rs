@@ -1,4 +1,5 @@
-//! The `squall` command line (SPEC §6). Each subcommand returns its process exit code.
+//! The `squall` command line (docs/architecture.md#the-process). Each subcommand returns its
+//! process exit code.
 
 mod adopt;
 mod canary;

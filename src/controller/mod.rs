@@ -1,6 +1,7 @@
 //! Reconcile loops (kube-rs runtime). They treat absent fields exactly as their defaults
 //! (`crate::api` accessors), refuse to roll objects that fail `crate::api::validation`, and
-//! keep expectations so a lagging view never causes duplicate children (SPEC §5.1).
+//! keep expectations so a lagging view never causes duplicate children
+//! (docs/architecture.md#one-reconcile).
 
 pub mod aibrix_guard;
 pub mod cache;
@@ -129,7 +130,8 @@ pub fn refusal(error: &kube::Error) -> Option<String> {
 pub struct PendingCreate {
     /// Slot of a stateful role's pod.
     pub slot: Option<u32>,
-    /// Created from the stable template (SPEC §5.2) rather than the target one.
+    /// Created from the stable template (docs/rollouts.md#the-pooled-canary-the-role-rollout-block)
+    /// rather than the target one.
     pub stable: bool,
 }
 
@@ -330,10 +332,10 @@ impl Context {
     /// (nothing held back), a change confined to those pod counters and condition prose waits
     /// for the next ones, [`coalesce_window`] long (so a burst of pods turning Ready is one
     /// write, and a fleet moving at once spends a bounded rate on counts): the returned
-    /// delay says when to reconcile again to write it. With no status stored yet, the change is measured from `unwritten`, what
-    /// an absent status means to readers (when the kind has such a meaning). A conflict
-    /// means the cache is behind a newer write, whose watch event reconciles again; an
-    /// object already deleted has no status to keep: neither is a failure.
+    /// delay says when to reconcile again to write it. With no status stored yet, the change is
+    /// measured from `unwritten`, what an absent status means to readers (when the kind has such a
+    /// meaning). A conflict means the cache is behind a newer write, whose watch event reconciles
+    /// again; an object already deleted has no status to keep: neither is a failure.
     pub async fn write_status<K, S>(
         &self,
         controller: &str,
@@ -386,7 +388,7 @@ impl Context {
         let old = object.meta().resource_version.clone();
         // The whole status is replaced (fields that went away go away), and only if nobody
         // wrote since the version it was decided from: a user's promote or abort is never
-        // overwritten; its watch event re-plans instead (SPEC §5.1).
+        // overwritten; its watch event re-plans instead (docs/architecture.md#one-reconcile).
         let patch = serde_json::json!([
             {"op": "add", "path": "/metadata/resourceVersion", "value": old},
             {"op": "add", "path": "/status", "value": status},

@@ -1,5 +1,5 @@
 //! The PodSet controller: one pod per index of a gang, recovered per `recoveryPolicy`
-//! (AIBRIX-REFERENCE §2.4); decisions in `crate::planner::podset`.
+//! (docs/aibrix-compatibility.md#the-same); decisions in `crate::planner::podset`.
 
 use std::sync::Arc;
 use std::time::Duration;

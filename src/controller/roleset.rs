@@ -6,7 +6,8 @@
 //! or PodSets (one per slot), updated by `Recreate` or — plain-pod roles only —
 //! `InPlaceIfPossible` (image-only changes patched into the live pods; anything else falls
 //! back to recreating, with an `InPlaceFallback` event), under `Sequential`, `Parallel` and
-//! `Interleave` ordering, holding back a role's `rollout.partition` (SPEC §5.2).
+//! `Interleave` ordering, holding back a role's `rollout.partition`
+//! (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -397,8 +398,8 @@ async fn adopt_pods(
     Ok(())
 }
 
-/// Carries out the in-place writes of a role (AIBRIX-REFERENCE §2.3.7): completes finished
-/// updates, records pending reasons, starts new updates, and reports a fallback.
+/// Carries out the in-place writes of a role (docs/rollouts.md#in-place-image-updates): completes
+/// finished updates, records pending reasons, starts new updates, and reports a fallback.
 async fn update_in_place(
     roleset: &RoleSet,
     role: &RoleWrites,
@@ -509,8 +510,8 @@ async fn set_in_place_condition(
     Ok(())
 }
 
-/// A stable ControllerRevision (SPEC §5.2): StormServices' revisions are cached; one written
-/// by someone else is read.
+/// A stable ControllerRevision (docs/rollouts.md#the-pooled-canary-the-role-rollout-block):
+/// StormServices' revisions are cached; one written by someone else is read.
 async fn stable_revision(
     roleset: &RoleSet,
     name: &str,

@@ -1,9 +1,9 @@
-//! The StormService controller (AIBRIX-REFERENCE §2.2 with SPEC §5 fixes): observes a
-//! StormService, its revisions, RoleSets and headless Service from the shared caches, and
-//! carries out what the planner decides — the headless Service (`planner::render`), which
-//! revision to reuse, roll back to or write and which to delete (`planner::revision`), the
-//! pass — the canary step and the RoleSets to create, delete, move in place or re-spec
-//! (`planner::rollout::decide`) — and the status (`planner::status`).
+//! The StormService controller (docs/rollouts.md#replica-and-pooled-mode,
+//! docs/architecture.md#one-reconcile): observes a StormService, its revisions, RoleSets and
+//! headless Service from the shared caches, and carries out what the planner decides — the headless
+//! Service (`planner::render`), which revision to reuse, roll back to or write and which to delete
+//! (`planner::revision`), the pass — the canary step and the RoleSets to create, delete, move in
+//! place or re-spec (`planner::rollout::decide`) — and the status (`planner::status`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -102,7 +102,8 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     ctx.metrics
         .invalid_spec(&namespace, &service.name_any(), !report.is_valid());
     if !report.is_valid() {
-        // Objects that bypassed the webhook are reported and left alone (SPEC §5).
+        // Objects that bypassed the webhook are reported and left alone
+        // (docs/architecture.md#one-reconcile).
         let conditions = invalid_spec_conditions(
             &report.error_message(),
             service.metadata.generation,
@@ -335,10 +336,10 @@ async fn move_in_place(
     Ok(())
 }
 
-/// The headless Service `<name>` (AIBRIX-REFERENCE §2.2.2): created when missing; when its
-/// selector or `publishNotReadyAddresses` drifted, only those fields are patched. It carries
-/// the `storm-service-name` label, which is how the Services cache finds it. A Service of that
-/// name that this StormService does not control belongs to somebody else: it is left alone,
+/// The headless Service `<name>` (docs/aibrix-compatibility.md#the-same): created when missing;
+/// when its selector or `publishNotReadyAddresses` drifted, only those fields are patched. It
+/// carries the `storm-service-name` label, which is how the Services cache finds it. A Service of
+/// that name that this StormService does not control belongs to somebody else: it is left alone,
 /// and the returned message says so (for the `ServiceConflict` condition).
 async fn sync_headless_service(
     service: &StormService,
@@ -457,9 +458,9 @@ async fn announce_cut_over(
         .await;
 }
 
-/// Finds or writes the update revision of the template (AIBRIX-REFERENCE §2.2.1): the newest
-/// equal revision is reused; an older equal one is a rollback and becomes the newest; else a
-/// new revision is written.
+/// Finds or writes the update revision of the template (docs/rollouts.md#replica-and-pooled-mode):
+/// the newest equal revision is reused; an older equal one is a rollback and becomes the newest;
+/// else a new revision is written.
 async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisions, Error> {
     let api: Api<ControllerRevision> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
@@ -560,9 +561,9 @@ async fn write_conditions(
     Ok(())
 }
 
-/// Derives the status (`planner::status::stormservice_status`, AIBRIX-REFERENCE §2.2.8 with
-/// SPEC §5.1 conditions), records the per-role metrics and writes it when it changed;
-/// returns when to look again (the progress deadline, if one is running).
+/// Derives the status (`planner::status::stormservice_status`, docs/rollouts.md#conditions),
+/// records the per-role metrics and writes it when it changed; returns when to look again (the
+/// progress deadline, if one is running).
 #[allow(clippy::too_many_arguments)]
 async fn write_status(
     service: &StormService,

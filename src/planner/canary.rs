@@ -1,6 +1,7 @@
-//! The canary step machine (SPEC §3.3): given the steps, the two revisions, the stored
-//! `canaryStatus` and what the controller observed this pass, the next `canaryStatus`, the
-//! weight the rollout works toward, and the transitions (with their trigger) to report.
+//! The canary step machine (docs/rollouts.md#state--event-table): given the steps, the two
+//! revisions, the stored `canaryStatus` and what the controller observed this pass, the next
+//! `canaryStatus`, the weight the rollout works toward, and the transitions (with their trigger) to
+//! report.
 //!
 //! Pure: time comes in as `now`; the controller reads, calls [`step`], and writes.
 
@@ -9,10 +10,12 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{CanaryMode, CanaryPhase, CanaryStatus, PauseCondition, PauseReason, StepState};
 
-/// The steps the machine runs: read from the spec by [`crate::api::StormServiceSpec::effective_steps`].
+/// The steps the machine runs: read from the spec by
+/// [`crate::api::StormServiceSpec::effective_steps`].
 pub use crate::api::Step;
 
-/// What woke a transition (SPEC §3.3: recorded per transition, asserted by tests).
+/// What woke a transition (docs/rollouts.md#state--event-table: recorded per transition, asserted
+/// by tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
     /// The observed children reached the step's target (a watch event).
@@ -808,9 +811,9 @@ mod tests {
     }
 
     proptest! {
-        /// SPEC §3.4: within an epoch (same revision and steps, not aborted) the step and the
-        /// weight never go back, and a timed pause never ends before its duration (paused
-        /// time excluded) unless promoted.
+        /// docs/rollouts.md#invariants: within an epoch (same revision and steps, not aborted) the
+        /// step and the weight never go back, and a timed pause never ends before its duration
+        /// (paused time excluded) unless promoted.
         #[test]
         fn progress_is_monotonic_within_an_epoch(events in proptest::collection::vec(arb_event(), 1..40)) {
             let mut now = 1_000;

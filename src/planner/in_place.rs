@@ -1,6 +1,7 @@
-//! In-place image updates of plain-pod roles (`InPlaceIfPossible`, AIBRIX-REFERENCE §2.3.7):
-//! whether a live pod can reach the desired pod by changing container images only, why an
-//! update in progress has not completed, and the patch that starts one.
+//! In-place image updates of plain-pod roles (`InPlaceIfPossible`,
+//! docs/rollouts.md#in-place-image-updates): whether a live pod can reach the desired pod by
+//! changing container images only, why an update in progress has not completed, and the patch that
+//! starts one.
 //!
 //! Pure: the controller reads pods, asks these functions, and writes what they return.
 //!

@@ -1,5 +1,5 @@
-//! Decisions of the PodSet controller (AIBRIX-REFERENCE §2.4): keep one pod per index
-//! `0..podGroupSize`, recovering failures per `recoveryPolicy`.
+//! Decisions of the PodSet controller (docs/aibrix-compatibility.md#the-same): keep one pod per
+//! index `0..podGroupSize`, recovering failures per `recoveryPolicy`.
 
 use crate::api::{PodSetPhase, RecoveryPolicy};
 

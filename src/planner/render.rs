@@ -1,6 +1,6 @@
 //! Pure rendering of children: template hashes, upstream's `Shorten` naming rule, pods and
-//! PodSets of roles with their built-in env vars and topology affinity (AIBRIX-REFERENCE
-//! §2.3.8, §4.3, §4.4; SPEC §1).
+//! PodSets of roles with their built-in env vars and topology affinity, named and labelled
+//! as AIBrix does (docs/aibrix-compatibility.md#the-same).
 
 use std::collections::BTreeMap;
 
@@ -373,8 +373,8 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
 }
 
 /// The pod-affinity term of the RoleSet's `topologyPolicy` for pods of `role`
-/// (AIBRIX-REFERENCE §2.3.8): the scope's group of pods — the StormService, the RoleSet, or
-/// the role across RoleSets — shares one domain of the node label `key`. None without a
+/// (docs/aibrix-compatibility.md#the-same): the scope's group of pods — the StormService, the
+/// RoleSet, or the role across RoleSets — shares one domain of the node label `key`. None without a
 /// policy, with an empty key, or for a RoleSet no StormService created (no
 /// `storm-service-name` label to match on).
 pub fn topology_affinity(roleset: &RoleSet, role: &str) -> Option<(PodAffinityTerm, TopologyMode)> {
@@ -455,8 +455,8 @@ pub fn has_affinity(spec: &PodSpec, term: &PodAffinityTerm, mode: TopologyMode) 
     }
 }
 
-/// The headless Service of `service` (AIBRIX-REFERENCE §2.2.2): its name, selecting its pods
-/// by `storm-service-name`, publishing the addresses of pods not yet Ready, carrying the
+/// The headless Service of `service` (docs/aibrix-compatibility.md#the-same): its name, selecting
+/// its pods by `storm-service-name`, publishing the addresses of pods not yet Ready, carrying the
 /// StormService's labels and that one (how the Services cache finds it), owned by it.
 pub fn headless_service(service: &StormService) -> Service {
     let name = service.name_any();

@@ -1,6 +1,6 @@
-//! StormService ControllerRevisions (AIBRIX-REFERENCE §2.2.1, SPEC §1): the data format, its
-//! hash and name, and reading a role's stable template back (`controller::revision` writes
-//! them).
+//! StormService ControllerRevisions (docs/rollouts.md#replica-and-pooled-mode,
+//! docs/aibrix-compatibility.md): the data format, its hash and name, and reading a role's stable
+//! template back (`controller::revision` writes them).
 //!
 //! `data` is `{"spec":{"template":{…, "$patch":"replace"}}}` — the StormService's RoleSet
 //! template **without role `replicas`**, so scaling a role (what the pooled-mode autoscaler
@@ -194,7 +194,7 @@ pub fn role_template(
         })
 }
 
-/// Where the update revision comes from (AIBRIX-REFERENCE §2.2.1).
+/// Where the update revision comes from (docs/rollouts.md#replica-and-pooled-mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UpdateRevision {
     /// The newest revision, `history[i]`, holds the template: it is reused.

@@ -1,9 +1,9 @@
-//! Role-level decisions of the RoleSet controller (AIBRIX-REFERENCE §2.3.2–§2.3.4, SPEC §3.4,
-//! §5.1): given each role's spec, its observed pods and the controller's pending
-//! expectations, which pods to create and which to delete — for stateless roles and for
-//! stateful roles (one pod per slot `0..replicas`) updated by `Recreate`, under `Sequential`,
-//! `Parallel` or `Interleave` role ordering, holding back a `partition` of stable pods
-//! (SPEC §5.2).
+//! Role-level decisions of the RoleSet controller (docs/rollouts.md#role-order,
+//! docs/rollouts.md#invariants, §5.1): given each role's spec, its observed pods and the
+//! controller's pending expectations, which pods to create and which to delete — for stateless
+//! roles and for stateful roles (one pod per slot `0..replicas`) updated by `Recreate`, under
+//! `Sequential`, `Parallel` or `Interleave` role ordering, holding back a `partition` of stable
+//! pods (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 //!
 //! Pure: the controller observes, calls [`plan`], and carries the actions out.
 
@@ -58,8 +58,9 @@ pub struct RoleInput {
     pub pending_creates: u32,
     /// Stateless role: creates of stable pods issued but not yet observed.
     pub pending_stable_creates: u32,
-    /// Pods that stay on the stable template (SPEC §5.2), at most `desired`. Stateful roles
-    /// keep slots `< partition` stable; stateless roles keep any `partition` pods.
+    /// Pods that stay on the stable template
+    /// (docs/rollouts.md#the-pooled-canary-the-role-rollout-block), at most `desired`. Stateful
+    /// roles keep slots `< partition` stable; stateless roles keep any `partition` pods.
     pub partition: u32,
     /// Hash of the stable template when it is known (the role's `stableRevision` was read):
     /// stable pods are then exactly the pods on it, and lost ones are recreated from it.
@@ -304,9 +305,9 @@ impl RoleInput {
         self.rollout_recreate()
     }
 
-    /// `InPlaceIfPossible` (AIBRIX-REFERENCE §2.3.7), with the delete budget B of `Recreate`
-    /// (`Ready + maxUnavailable - desired`): settle updates started earlier (a pending one
-    /// that is Ready holds a unit of B), then start updates of outdated pods — not-Ready ones
+    /// `InPlaceIfPossible` (docs/rollouts.md#in-place-image-updates), with the delete budget B of
+    /// `Recreate` (`Ready + maxUnavailable - desired`): settle updates started earlier (a pending
+    /// one that is Ready holds a unit of B), then start updates of outdated pods — not-Ready ones
     /// at once, Ready ones while B lasts. Err (the reason) when an outdated pod that is not
     /// already being updated cannot be: the role recreates instead.
     fn rollout_in_place(&self) -> Result<RoleAction, String> {
@@ -412,9 +413,9 @@ impl RoleInput {
         (self.budgets.max_surge + self.budgets.max_unavailable).max(1)
     }
 
-    /// Interleave progress of a stateless role (AIBRIX-REFERENCE §2.3.4 CheckCurrentStep):
-    /// `(all ready, current step)`, steps counted from 1. Kept stable pods are outside the
-    /// steps: the role moves `want_target` pods.
+    /// Interleave progress of a stateless role (AIBrix's `CheckCurrentStep`,
+    /// docs/rollouts.md#role-order): `(all ready, current step)`, steps counted from 1. Kept stable
+    /// pods are outside the steps: the role moves `want_target` pods.
     pub fn current_step(&self) -> (bool, u32) {
         if self.stateful {
             return self.current_step_slots();
@@ -588,7 +589,7 @@ impl RoleInput {
             .collect()
     }
 
-    /// Stateful scale (AIBRIX-REFERENCE §2.3.5): remove finished pods and pods outside the
+    /// Stateful scale (docs/rollouts.md#role-order): remove finished pods and pods outside the
     /// slots (Ready ones only while more than `desired - maxUnavailable` stay Ready), fill
     /// empty slots within `desired + maxSurge`, and settle slots holding two pods (a finished
     /// surge keeps the updated Ready pod).
@@ -677,7 +678,7 @@ impl RoleInput {
         action
     }
 
-    /// Slot counts of a stateful role (AIBRIX-REFERENCE §2.3.5).
+    /// Slot counts of a stateful role (docs/rollouts.md#role-order).
     fn slot_progress(&self, counts: &Counts<'_>, slots: &Slots<'_>) -> SlotProgress {
         let accepted = |p: &&PodView| self.slot_accepts(p, counts);
         let mut progress = SlotProgress::default();
@@ -767,8 +768,8 @@ pub fn retire(children: &[PodView]) -> Vec<String> {
         .collect()
 }
 
-/// Roles in upgrade order (SPEC §2): ascending `upgradeOrder` (absent = 0), ties in spec
-/// order. Returns indexes into `orders`.
+/// Roles in upgrade order (docs/admission.md#defaults): ascending `upgradeOrder` (absent = 0), ties
+/// in spec order. Returns indexes into `orders`.
 pub fn upgrade_sequence(orders: &[i32]) -> Vec<usize> {
     let mut sequence: Vec<usize> = (0..orders.len()).collect();
     sequence.sort_by_key(|&i| orders[i]); // stable
@@ -795,7 +796,7 @@ pub fn plan(
     match strategy {
         RoleSetUpdateStrategy::Sequential => {
             // Roles returning to their stable template (a pooled canary's abort) go back in
-            // reverse upgrade order (SPEC §3.3).
+            // reverse upgrade order (docs/rollouts.md#state--event-table).
             let returning = roles.iter().any(RoleInput::returning_to_stable);
             let order: Vec<usize> = if returning {
                 sequence.iter().rev().copied().collect()
@@ -1346,8 +1347,8 @@ mod tests {
     }
 
     proptest! {
-        /// SPEC §3.4: the controller's own actions never create beyond desired + maxSurge and
-        /// never delete a Ready pod while Ready ≤ desired − maxUnavailable.
+        /// docs/rollouts.md#invariants: the controller's own actions never create beyond desired +
+        /// maxSurge and never delete a Ready pod while Ready ≤ desired − maxUnavailable.
         #[test]
         fn actions_respect_the_budgets(r in arb_role(), mode in 0u8..3, step in 1u32..5) {
             let counts = r.counts();
@@ -1402,8 +1403,8 @@ mod tests {
             prop_assert!(action.delete.is_empty() && action.creates() == 0);
         }
 
-        /// SPEC §5.2: rollouts never delete a pod the partition keeps, and never create more
-        /// target pods than the target share.
+        /// docs/rollouts.md#the-pooled-canary-the-role-rollout-block: rollouts never delete a pod
+        /// the partition keeps, and never create more target pods than the target share.
         #[test]
         fn rollouts_respect_the_partition(r in arb_role(), step in 1u32..5) {
             let counts = r.counts();

@@ -1,9 +1,9 @@
-//! One RoleSet pass, decided (AIBRIX-REFERENCE §2.3, SPEC §5): from the RoleSet, its pods and
-//! PodSets as cached, the creates and deletes not yet observed and the stable revisions read,
-//! every role's action (with its creates rendered and its in-place patches built), the
-//! children to delete because they no longer fit the spec, and what to tell the user. The
-//! controller carries the pass out and writes the status; nothing here does I/O or reads the
-//! clock.
+//! One RoleSet pass, decided (docs/rollouts.md#role-order, docs/architecture.md#one-reconcile):
+//! from the RoleSet, its pods and PodSets as cached, the creates and deletes not yet observed and
+//! the stable revisions read, every role's action (with its creates rendered and its in-place
+//! patches built), the children to delete because they no longer fit the spec, and what to tell the
+//! user. The controller carries the pass out and writes the status; nothing here does I/O or reads
+//! the clock.
 //!
 //! A pass is decided in two halves because the controller needs the first to observe for the
 //! second: [`role_children`] says which children each role counts (the controller settles
@@ -100,7 +100,7 @@ pub struct Create {
     pub child: NewChild,
 }
 
-/// The in-place writes of one role (AIBRIX-REFERENCE §2.3.7).
+/// The in-place writes of one role (docs/rollouts.md#in-place-image-updates).
 #[derive(Clone, Debug, Default)]
 pub struct InPlaceWrites {
     /// Why the role recreates instead (an `InPlaceFallback` event).
@@ -157,7 +157,8 @@ pub struct Pass {
     pub orphan_pods: Vec<String>,
     /// PodSets of roles that now run plain pods.
     pub orphan_podsets: Vec<String>,
-    /// Pods of roles removed from the spec (SPEC §5: they go with their role).
+    /// Pods of roles removed from the spec (docs/architecture.md#one-reconcile: they go with their
+    /// role).
     pub retired_pods: Vec<String>,
     /// PodSets of roles removed from the spec.
     pub retired_podsets: Vec<String>,
@@ -351,7 +352,7 @@ fn role_input(
     let ineligible = if !in_place {
         BTreeMap::new()
     } else if children.gang {
-        // Multi-node roles always recreate their PodSets (AIBRIX-REFERENCE §2.3.6).
+        // Multi-node roles always recreate their PodSets (docs/rollouts.md#gangs).
         children
             .children
             .iter()
@@ -593,8 +594,9 @@ fn ineligible_pods<'a>(
     .collect()
 }
 
-/// Live pods and PodSets of `roles` that lack the affinity the `topologyPolicy` asks for
-/// (AIBRIX-REFERENCE §2.3, step 6), when there are any.
+/// Live pods and PodSets of `roles` that lack the affinity the `topologyPolicy` asks for,
+/// when there are any: affinity is fixed at creation, so they keep the old one until
+/// replaced (the `TopologyPolicyPendingPodReplacement` event counts them).
 fn topology_pending(
     roleset: &RoleSet,
     roles: &[&RoleSpec],

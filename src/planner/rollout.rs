@@ -1,8 +1,8 @@
-//! One StormService pass, decided (AIBRIX-REFERENCE §2.2 with SPEC §3, §5): from the
-//! StormService, its revisions and its RoleSets as cached, the canary step, the revision
-//! RoleSets move to and the RoleSets to create (rendered), delete, move in place or re-spec.
-//! The controller carries the pass out and writes the status; nothing here does I/O or
-//! reads the clock.
+//! One StormService pass, decided (docs/rollouts.md#replica-and-pooled-mode with
+//! docs/rollouts.md#canary, docs/architecture.md#one-reconcile): from the StormService, its
+//! revisions and its RoleSets as cached, the canary step, the revision RoleSets move to and the
+//! RoleSets to create (rendered), delete, move in place or re-spec. The controller carries the pass
+//! out and writes the status; nothing here does I/O or reads the clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -64,7 +64,8 @@ pub struct RoleSetCreate {
 
 /// A RoleSet moved to the target revision in place (pooled mode): its spec and squall's
 /// labels and annotations are replaced; everything else on it (third-party metadata, the
-/// `roleset-index`) stays (a fix of AIBRIX-REFERENCE §8.1 item 10).
+/// `roleset-index`) stays (an upstream bug squall does not copy,
+/// docs/aibrix-compatibility.md#upstream-bugs-squall-does-not-copy).
 pub struct InPlaceMove {
     /// The RoleSet.
     pub name: String,
@@ -113,7 +114,7 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
         with_live_replicas(template_of(input.current)?, &update_template)
     };
     // The canary decides from the stored status as cached; the controller's status write is
-    // conditional on nobody having written since (SPEC §5.1).
+    // conditional on nobody having written since (docs/architecture.md#one-reconcile).
     let mut canary = evaluate_canary(input, desired, &update_template, &current_template);
     if let Some(pass) = canary.as_mut() {
         let progress = canary_progress(
@@ -393,7 +394,8 @@ fn evaluate_canary(
 
 /// The pooled RoleSet's spec at `weight`: the canary template, with each role whose pod
 /// template changed keeping `replicas - ceil(replicas × weight / 100)` pods stable (all of
-/// them while aborted) through its `rollout` block (SPEC §5.2).
+/// them while aborted) through its `rollout` block
+/// (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 fn pooled_spec(
     update: &RoleSetTemplateSpec,
     current: &RoleSetTemplateSpec,
@@ -423,8 +425,8 @@ fn pooled_spec(
     spec
 }
 
-/// `canaryStatus.roles` (SPEC §3.1): per role, what the step moves and how far it got —
-/// RoleSets on the canary revision in replica mode (every role moves with its RoleSet),
+/// `canaryStatus.roles` (docs/rollouts.md#status): per role, what the step moves and how far it got
+/// — RoleSets on the canary revision in replica mode (every role moves with its RoleSet),
 /// canary pods of each changed role in pooled mode. Read from the RoleSets observed at the
 /// start of the pass, like the rest of the status; a pooled RoleSet whose status predates
 /// its spec (its counts are of the previous template or partition) keeps the counts
@@ -508,7 +510,7 @@ fn canary_progress(
     }
 }
 
-/// StormService-level budgets (AIBRIX-REFERENCE §2.2.5): zero for `InPlaceUpdate`.
+/// StormService-level budgets (docs/rollouts.md#budgets): zero for `InPlaceUpdate`.
 fn budgets(service: &StormService, desired: u32) -> Fenceposts {
     if service.spec.update_strategy_type() == StormServiceUpdateStrategyType::InPlaceUpdate {
         return Fenceposts::default();
@@ -568,8 +570,8 @@ fn role_hash(template: &RoleSetTemplateSpec, role: &str) -> Option<String> {
         .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
 }
 
-/// Per-role revisions (AIBRIX-REFERENCE §2.2.7): on the update revision, a role whose pod
-/// template is unchanged since the current revision keeps the current revision.
+/// Per-role revisions (docs/rollouts.md#replica-and-pooled-mode): on the update revision, a role
+/// whose pod template is unchanged since the current revision keeps the current revision.
 fn role_revisions<'a>(
     template: &RoleSetTemplateSpec,
     current: &RoleSetTemplateSpec,
@@ -621,7 +623,7 @@ fn revision_metadata(
     (labels, annotations)
 }
 
-/// A new RoleSet (AIBRIX-REFERENCE §2.2.6) for slot `index`.
+/// A new RoleSet (docs/aibrix-compatibility.md#the-same) for slot `index`.
 fn render_roleset(
     service: &StormService,
     template: &RoleSetTemplateSpec,
@@ -836,8 +838,8 @@ mod tests {
     proptest::proptest! {
         /// Whatever RoleSets are observed, a pass renders only what its plan asked for, a
         /// new RoleSet never in a slot another of its revision holds (it may join an outdated
-        /// one's, SPEC §5.1), every one owned and born with its finalizer; moves and re-specs
-        /// name only live RoleSets.
+        /// one's, docs/architecture.md#one-reconcile), every one owned and born with its finalizer;
+        /// moves and re-specs name only live RoleSets.
         #[test]
         fn every_create_is_rendered_into_a_slot_its_revision_leaves_free(
             observed in proptest::collection::vec((0u32..8, proptest::bool::ANY, proptest::bool::ANY), 0..6),

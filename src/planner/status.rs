@@ -160,7 +160,8 @@ pub fn with_conditions(
 }
 
 /// The conditions of a StormService whose spec the validator rejects: `InvalidSpec` True
-/// with the validator's message, not Ready (its RoleSets are left as they are, SPEC §5).
+/// with the validator's message, not Ready (its RoleSets are left as they are,
+/// docs/architecture.md#one-reconcile).
 pub fn invalid_spec_conditions(
     message: &str,
     generation: Option<i64>,

@@ -1,7 +1,8 @@
-//! StormService-level decisions (AIBRIX-REFERENCE §2.2.3–§2.2.5, §2.2.10; SPEC §3.4, §5.1):
-//! given the desired RoleSet count, the budgets, the two revisions and the observed RoleSets
-//! (with the controller's pending expectations), which RoleSets to create (from which
-//! revision, at which `roleset-index`), delete, or update in place.
+//! StormService-level decisions (docs/rollouts.md#replica-and-pooled-mode,
+//! docs/rollouts.md#budgets, docs/rollouts.md#invariants, docs/architecture.md#one-reconcile):
+//! given the desired RoleSet count, the budgets, the two revisions and the observed RoleSets (with
+//! the controller's pending expectations), which RoleSets to create (from which revision, at which
+//! `roleset-index`), delete, or update in place.
 //!
 //! Pure: the controller observes, calls [`plan`], and carries the actions out.
 
@@ -55,7 +56,8 @@ pub struct ServiceInput {
     pub pending_creates: Vec<PendingRoleSet>,
     /// RoleSets whose deletion was issued and is not yet observed.
     pub pending_deletes: BTreeSet<String>,
-    /// A canary's target: at most this many RoleSets on the update revision (SPEC §3.2).
+    /// A canary's target: at most this many RoleSets on the update revision
+    /// (docs/rollouts.md#which-replicas-move).
     pub max_updated: Option<u32>,
     /// `InPlaceUpdate`: RoleSets updated in place but not Ready again may number at most
     /// this (the resolved `maxUnavailable`; the StormService-level budgets are zero then).
@@ -294,9 +296,9 @@ impl ServiceInput {
     }
 }
 
-/// The `roleset-index`es new RoleSets take (SPEC §5.1): the lowest index that no active
-/// RoleSet, create in flight or earlier create of this pass holds — so a replacement takes
-/// the index of the RoleSet it replaces, and indexes above `desired - 1` are not reused until
+/// The `roleset-index`es new RoleSets take (docs/architecture.md#one-reconcile): the lowest index
+/// that no active RoleSet, create in flight or earlier create of this pass holds — so a replacement
+/// takes the index of the RoleSet it replaces, and indexes above `desired - 1` are not reused until
 /// needed. Once every index below `desired` is held, an updated RoleSet joins the slot of an
 /// outdated one (the lowest index no updated RoleSet holds).
 ///
@@ -667,9 +669,9 @@ mod tests {
     }
 
     proptest! {
-        /// SPEC §3.4: creates never exceed `desired + maxSurge` (counting terminating RoleSets
-        /// and creates in flight); Ready RoleSets are deleted only above `minAvailable`; while
-        /// paused nothing rolls.
+        /// docs/rollouts.md#invariants: creates never exceed `desired + maxSurge` (counting
+        /// terminating RoleSets and creates in flight); Ready RoleSets are deleted only above
+        /// `minAvailable`; while paused nothing rolls.
         #[test]
         fn actions_respect_the_budgets(s in arb_service()) {
             let action = plan(&s);
@@ -693,7 +695,8 @@ mod tests {
             prop_assert!(action.update_in_place.is_empty()
                 || updating + action.update_in_place.len() as u32 <= s.in_place_unavailable,
                 "{} moved in place with {updating} not Ready yet", action.update_in_place.len());
-            // SPEC §3.4: a canary never moves beyond its target by its own creates.
+            // docs/rollouts.md#invariants: a canary never moves beyond its target by its own
+            // creates.
             if let Some(target) = s.max_updated {
                 let (_, updated) = s.split(&active);
                 let created = action.create.iter().filter(|c| c.updated).count() as u32
@@ -703,8 +706,8 @@ mod tests {
             }
         }
 
-        /// SPEC §5.1: a new RoleSet takes an index above `desired - 1` only when every lower
-        /// one is held, and one pass never gives an index twice.
+        /// docs/architecture.md#one-reconcile: a new RoleSet takes an index above `desired - 1`
+        /// only when every lower one is held, and one pass never gives an index twice.
         #[test]
         fn indexes_stay_dense(s in arb_service()) {
             let action = plan(&s);

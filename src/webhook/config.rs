@@ -1,5 +1,6 @@
 //! The webhook configurations squall registers in `--webhook-configs=register` mode (local
-//! runs): `url:` client configs, CREATE and UPDATE of the main resource, SPEC §4 settings.
+//! runs): `url:` client configs, CREATE and UPDATE of the main resource, v1 reviews, no side
+//! effects (docs/certificates.md#modes).
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,

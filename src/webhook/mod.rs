@@ -1,5 +1,5 @@
-//! Admission: the four webhooks of SPEC §4, as pure functions from an AdmissionReview body
-//! to an AdmissionReview response, built on the shared defaulting and validation of
+//! Admission: the four webhooks of docs/admission.md, as pure functions from an AdmissionReview
+//! body to an AdmissionReview response, built on the shared defaulting and validation of
 //! `crate::api`. The HTTPS server in `crate::server` only moves bytes.
 
 pub mod config;
@@ -623,9 +623,9 @@ pub struct Mutation {
 }
 
 /// The mutating webhook's patch and warnings for the JSON of a StormService or a RoleSet:
-/// the defaults of SPEC §2, then (StormService) the runtime sidecar — decided on the object
-/// as sent, which is never copied or compared. An object that does not parse gets an error
-/// (and so no patch).
+/// the defaults of docs/admission.md#defaults, then (StormService) the runtime sidecar — decided on
+/// the object as sent, which is never copied or compared. An object that does not parse gets an
+/// error (and so no patch).
 pub fn mutate(kind: OwnedKind, json: &str) -> Result<Mutation, FieldError> {
     let mut patch = PatchWriter::with_capacity(json.len());
     let mut warnings = write_defaults(kind, json, &mut patch)?;

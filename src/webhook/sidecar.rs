@@ -1,4 +1,4 @@
-//! AIBrix's runtime-sidecar injection (AIBRIX-REFERENCE §5), for StormServices annotated
+//! AIBrix's runtime-sidecar injection (docs/admission.md#defaults), for StormServices annotated
 //! `model.aibrix.ai/sidecar-injection: "true"`. Decided on the raw object, like defaulting,
 //! as additions: each changed role's pod spec, whole.
 

@@ -1,4 +1,4 @@
-//! Self-managed TLS certificates for squall's admission webhooks (SPEC §4.3).
+//! Self-managed TLS certificates for squall's admission webhooks (docs/certificates.md).
 //!
 //! - [`pki`]: CA and serving certificates (rcgen) and what is read back from them;
 //! - [`policy`]: the pure decision "given the stored certificates, the time and what the

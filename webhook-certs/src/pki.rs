@@ -70,7 +70,7 @@ impl Validity {
     }
 }
 
-/// The stored form (SPEC §4.3): the Secret keys `ca.crt` (at most two CA certificates,
+/// The stored form (docs/certificates.md): the Secret keys `ca.crt` (at most two CA certificates,
 /// oldest first), `ca.key` (key of the newest CA), `tls.crt`, `tls.key`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bundle {

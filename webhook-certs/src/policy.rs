@@ -1,5 +1,5 @@
 //! What to do with the stored certificates next — a pure function of the stored bundle, the
-//! time and what the webhook configurations carry (SPEC §4.3).
+//! time and what the webhook configurations carry (docs/certificates.md).
 //!
 //! CA rotation, at 2/3 of the CA's lifetime, never breaks a client that trusts the injected
 //! `caBundle`:

@@ -13,7 +13,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::pki::Bundle;
 
-/// Secret keys and file names (SPEC §4.3).
+/// Secret keys and file names (docs/certificates.md).
 pub const CA_CRT: &str = "ca.crt";
 /// The newest CA's key.
 pub const CA_KEY: &str = "ca.key";

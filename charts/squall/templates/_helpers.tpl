@@ -66,7 +66,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- join "," (uniq $sans) }}
 {{- end }}
 
-{{- /* What the controllers read and write in the namespaces they serve (SPEC §8). The shared
+{{- /* What the controllers read and write in the namespaces they serve (docs/architecture.md#the-process). The shared
 e2e operator runs under the chart's ServiceAccount, so a missing rule fails the suite. */}}
 {{- define "squall.workloadRules" -}}
 - apiGroups: ["orchestration.aibrix.ai"]
