@@ -490,23 +490,25 @@ impl<'a> View<'a> {
         let Some(spec) = spec else {
             return Vec::new();
         };
-        let named = |path: String, strategy: Option<&SchedulingView>| {
-            let scheduler = strategy?.scheduler()?;
-            Some((
-                format!("{path}.schedulingStrategy.{}", scheduler.strategy_field()),
-                scheduler,
-            ))
-        };
+        // Paths are formatted only for a strategy that names a scheduler: an ordinary object
+        // costs no allocation here.
         let roles = spec.roles.as_deref().unwrap_or_default();
-        named(path.to_string(), spec.scheduling_strategy.as_ref())
-            .into_iter()
-            .chain(roles.iter().enumerate().filter_map(|(i, role)| {
-                named(
-                    format!("{path}.roles[{i}]"),
-                    role.scheduling_strategy.as_ref(),
+        let at_roleset = spec
+            .scheduling_strategy
+            .as_ref()
+            .and_then(SchedulingView::scheduler)
+            .map(|s| {
+                (
+                    format!("{path}.schedulingStrategy.{}", s.strategy_field()),
+                    s,
                 )
-            }))
-            .collect()
+            });
+        let at_roles = roles.iter().enumerate().filter_map(|(i, role)| {
+            let s = role.scheduling_strategy.as_ref()?.scheduler()?;
+            let field = s.strategy_field();
+            Some((format!("{path}.roles[{i}].schedulingStrategy.{field}"), s))
+        });
+        at_roleset.into_iter().chain(at_roles).collect()
     }
 
     /// Whether the spec is the same as `other`'s: byte for byte, or as JSON values.
