@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Type of the condition, e.g. `Ready`, `Progressing`, `ReplicaFailure`, `InvalidSpec`,
-    /// `Paused`.
+    /// Type of the condition, e.g. `Ready`, `Available`, `Progressing`, `ReplicaFailure`,
+    /// `InvalidSpec`, `Paused`.
     #[serde(rename = "type")]
     pub type_: String,
     /// Status of the condition: `True`, `False` or `Unknown`.
@@ -26,8 +26,7 @@ pub struct Condition {
     /// Last time the condition was written (kept for AIBrix compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
-    /// Last time the condition was written, with microsecond precision (kept for AIBrix
-    /// compatibility).
+    /// Last time the condition was written, with microsecond precision (kept for AIBrix compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_micro_time: Option<MicroTime>,
     /// Machine-readable, CamelCase reason for the condition's last transition.
