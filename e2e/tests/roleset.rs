@@ -133,8 +133,9 @@ async fn upgrade_and_check_order(
         .lines()
         .filter(|l| {
             l.contains("sequential upgrade order")
-                && l.contains(&format!("namespace={}", ns.name()))
-                && l.contains("roleset=rs")
+                // The reconcile's span names the RoleSet.
+                && l.contains(&format!("namespace=\"{}\"", ns.name()))
+                && l.contains("name=\"rs\"")
         })
         .collect();
     assert_eq!(logged.len(), 1, "one sequence line: {logged:#?}");
