@@ -39,6 +39,18 @@ struct ObjectLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MeasurementLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnalysisMetricLabels {
+    namespace: String,
+    name: String,
+    metric: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleReplicaLabels {
     namespace: String,
     name: String,
@@ -164,6 +176,11 @@ pub struct Metrics {
         Mutex<std::collections::BTreeMap<(String, String), std::collections::BTreeSet<String>>>,
     rollout_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
     manual_pause: Histogram,
+    analysis_measurements: Family<MeasurementLabels, Counter>,
+    analysis_failed: Family<AnalysisMetricLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Metrics with `analysis_failed` series, per StormService (to drop them with it).
+    failed_metrics_seen:
+        Mutex<std::collections::BTreeMap<(String, String), std::collections::BTreeSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -306,6 +323,19 @@ impl Default for Metrics {
             "Time one reconcile took, by controller",
             reconcile_duration.clone(),
         );
+        let analysis_measurements = Family::<MeasurementLabels, Counter>::default();
+        registry.register(
+            "squall_analysis_measurements",
+            "Canary analysis measurements taken, by whether the provider gave a number (number) or not (none: inconclusive)",
+            analysis_measurements.clone(),
+        );
+        let analysis_failed =
+            Family::<AnalysisMetricLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "squall_canary_analysis_failed_value",
+            "The value with which an analysis metric failed and aborted a StormService's canary (until the StormService is deleted)",
+            analysis_failed.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             reconciles,
@@ -326,6 +356,9 @@ impl Default for Metrics {
             roles_seen: Mutex::default(),
             rollout_duration,
             manual_pause,
+            analysis_measurements,
+            analysis_failed,
+            failed_metrics_seen: Mutex::default(),
         }
     }
 }
@@ -388,6 +421,32 @@ impl Metrics {
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
+    /// Counts one canary analysis measurement: whether the provider gave a number.
+    pub fn analysis_measurement(&self, number: bool) {
+        self.analysis_measurements
+            .get_or_create(&MeasurementLabels {
+                result: if number { "number" } else { "none" },
+            })
+            .inc();
+    }
+
+    /// An analysis metric of a StormService failed with `value` (NaN when it gave none).
+    pub fn analysis_failed(&self, namespace: &str, name: &str, metric: &str, value: f64) {
+        self.failed_metrics_seen
+            .lock()
+            .expect("failed metrics lock")
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default()
+            .insert(metric.to_string());
+        self.analysis_failed
+            .get_or_create(&AnalysisMetricLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                metric: metric.into(),
+            })
+            .set(value);
+    }
+
     /// Counts one canary step transition.
     pub fn step_transition(&self, trigger: &str) {
         self.step_transitions
@@ -425,6 +484,19 @@ impl Metrics {
         };
         self.rollout_step.remove(&labels);
         self.invalid_spec.remove(&labels);
+        let failed = self
+            .failed_metrics_seen
+            .lock()
+            .expect("failed metrics lock")
+            .remove(&(namespace.to_string(), name.to_string()))
+            .unwrap_or_default();
+        for metric in failed {
+            self.analysis_failed.remove(&AnalysisMetricLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+                metric,
+            });
+        }
         let roles = self
             .roles_seen
             .lock()

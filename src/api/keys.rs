@@ -74,6 +74,9 @@ pub const CONDITION_INVALID_SPEC: &str = "InvalidSpec";
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
 /// Whether a Service of the StormService's name belongs to someone else.
 pub const CONDITION_SERVICE_CONFLICT: &str = "ServiceConflict";
+/// How the canary's analysis stands: True while every metric is within its limits, False
+/// when one failed (the message names it and its value), Unknown when one is inconclusive.
+pub const CONDITION_CANARY_ANALYSIS: &str = "CanaryAnalysis";
 
 /// PodSet finalizer (its pods go first).
 pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";

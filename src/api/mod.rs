@@ -1,8 +1,10 @@
 //! The `orchestration.aibrix.ai/v1alpha1` API: types, defaulting and validation.
 //! Pure code only — no I/O — so the webhook, the controllers and `squall lint` share it.
 
+pub mod analysis;
 pub mod budget;
 pub mod common;
+pub mod condition;
 pub mod defaults;
 pub mod keys;
 pub mod limits;

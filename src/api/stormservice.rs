@@ -7,6 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::analysis::{Analysis, AnalysisStatus};
 use super::budget::{Fenceposts, fenceposts};
 use super::common::{Condition, DisruptionTolerance, EmbeddedObjectMetadata, RoleStatus};
 use super::defaults::{
@@ -163,9 +164,13 @@ pub struct CanaryUpdateStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = super::limits::MAX_CANARY_STEPS + 1))]
     pub steps: Option<Vec<CanaryStep>>,
+    /// An analysis that runs for the whole canary, from its first step until it completes:
+    /// a failure aborts the canary at whatever step it is, an inconclusive result pauses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
 }
 
-/// One canary step: exactly one of `setWeight` and `pause`.
+/// One canary step: exactly one of `setWeight`, `pause` and `analysis`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryStep {
@@ -177,6 +182,10 @@ pub struct CanaryStep {
     /// Wait for a duration, or (without `duration`) until promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<PauseStep>,
+    /// Measure the canary: success moves to the next step, a failure aborts the canary,
+    /// an inconclusive result pauses it until promoted or aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
 }
 
 /// One canary step as the rollout runs it.
@@ -186,6 +195,8 @@ pub enum Step {
     Weight(u32),
     /// Wait this many seconds; `None` waits until promoted.
     Pause(Option<u64>),
+    /// Run the step's analysis (in the spec's step of the same index).
+    Analysis,
 }
 
 /// Argo's implied final 100 %: whether a canary whose last step has `last_set_weight` already
@@ -196,13 +207,14 @@ pub fn ends_at_full_weight(last_set_weight: Option<i32>) -> bool {
 }
 
 impl CanaryStep {
-    /// The step as the rollout runs it: a weight (clamped to 0–100), else a pause (a
-    /// duration that does not parse, or a step with neither field, waits 0 s: validation
-    /// denies both).
+    /// The step as the rollout runs it: a weight (clamped to 0–100), else a pause, else an
+    /// analysis (a duration that does not parse, or a step with none of the three, waits
+    /// 0 s: validation denies both).
     pub fn effective(&self) -> Step {
         match (self.set_weight, &self.pause) {
             (Some(w), _) => Step::Weight(u32::try_from(w).unwrap_or(0).min(100)),
             (None, Some(pause)) => Step::Pause(pause.duration_seconds().unwrap_or(Some(0))),
+            (None, None) if self.analysis.is_some() => Step::Analysis,
             (None, None) => Step::Pause(Some(0)),
         }
     }
@@ -317,6 +329,12 @@ pub struct CanaryStatus {
     /// Per-role progress (pooled mode: pods; replica mode: RoleSets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roles: Option<Vec<CanaryRoleStatus>>,
+    /// The analysis of the current (or last) analysis step, with its measurements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<AnalysisStatus>,
+    /// The background analysis (`canary.analysis`), with its measurements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_analysis: Option<AnalysisStatus>,
 }
 
 /// Phase of a canary.
@@ -350,6 +368,8 @@ pub enum StepState {
     Upgrading,
     /// A pause step was entered and its condition recorded.
     StepPaused,
+    /// An analysis step is measuring the canary.
+    Analyzing,
     /// The step is done.
     StepReady,
 }
@@ -369,6 +389,8 @@ pub struct PauseCondition {
 pub enum PauseReason {
     /// A pause step of the canary.
     CanaryPauseStep,
+    /// An analysis was inconclusive: `squall promote` goes on, `squall abort` rolls back.
+    CanaryAnalysisInconclusive,
 }
 
 /// Canary progress of one role.

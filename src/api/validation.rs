@@ -10,6 +10,11 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::analysis::{
+    Analysis, MAX_ANALYSIS_COUNT, MAX_ANALYSIS_METRICS, MAX_ANALYSIS_WAIT, MAX_METRIC_NAME_BYTES,
+    MAX_QUERY_BYTES, MIN_ANALYSIS_INTERVAL, render_query,
+};
+use super::condition::Condition;
 use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
 use super::podgroup::Scheduler;
 use super::view::{
@@ -18,7 +23,7 @@ use super::view::{
 };
 use super::{
     CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
-    StormService, StormServiceUpdateStrategyType, VERSION,
+    StormService, StormServiceUpdateStrategyType, VERSION, pause_seconds,
 };
 use crate::api::budget::{Budget, resolve_fenceposts};
 
@@ -403,7 +408,9 @@ pub struct View<'a> {
     pub spec: Spec<'a>,
 }
 
-/// The spec of a [`View`].
+/// The spec of a [`View`]. Unboxed although a StormService's is the larger: one lives per
+/// review, on the stack, and a box would cost every `kubectl apply` an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Spec<'a> {
     /// A StormService's.
     StormService(StormServiceSpecView<'a>),
@@ -686,12 +693,21 @@ fn check_stormservice(meta: &MetaView<'_>, spec: &StormServiceSpecView<'_>) -> R
         &mut report,
     );
 
-    // Rule 10: canary steps.
-    if let Some(steps) = strategy
-        .and_then(|s| s.canary.as_ref())
-        .and_then(|c| c.steps.as_ref())
-    {
-        check_canary_steps(steps, &mut report);
+    // Rule 10: canary steps; rule 12: canary analysis.
+    let canary_spec = strategy.and_then(|s| s.canary.as_ref());
+    let role_names: Vec<&str> = spec
+        .template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .map(|r| &*r.name.0)
+        .collect();
+    if let Some(steps) = canary_spec.and_then(|c| c.steps.as_ref()) {
+        check_canary_steps(steps, &role_names, &mut report);
+    }
+    if let Some(analysis) = canary_spec.and_then(|c| c.analysis.as_ref()) {
+        let path = FieldPath::Root("spec.updateStrategy.canary.analysis");
+        check_analysis(analysis, path, true, &role_names, &mut report);
     }
 
     // Rule 3 (and the role rules through the template).
@@ -945,10 +961,14 @@ fn check_budgets(
 }
 
 /// Rule 10: canary steps.
-fn check_canary_steps(steps: &[StepView<'_>], report: &mut Report) {
+fn check_canary_steps(steps: &[StepView<'_>], roles: &[&str], report: &mut Report) {
     let path = "spec.updateStrategy.canary.steps";
     let user_written = match steps.last() {
-        Some(last) if last.set_weight == Some(100) && last.pause.is_none() => steps.len() - 1,
+        Some(last)
+            if last.set_weight == Some(100) && last.pause.is_none() && last.analysis.is_none() =>
+        {
+            steps.len() - 1
+        }
         _ => steps.len(),
     };
     if user_written > MAX_CANARY_STEPS {
@@ -965,17 +985,26 @@ fn check_canary_steps(steps: &[StepView<'_>], report: &mut Report) {
     let mut previous_weight: Option<(usize, i32)> = None;
     for (i, step) in steps.iter().enumerate() {
         let step_path = steps_path.index(i);
-        match (step.set_weight, &step.pause) {
-            (Some(_), Some(_)) => report.invalid(
+        let kinds = [
+            step.set_weight.map(|_| "setWeight"),
+            step.pause.as_ref().map(|_| "pause"),
+            step.analysis.as_ref().map(|_| "analysis"),
+        ];
+        let written: Vec<&str> = kinds.into_iter().flatten().collect();
+        match written.len() {
+            1 => {}
+            0 => report.required(
                 step_path,
-                "setWeight and pause",
-                "a step must have exactly one of setWeight and pause",
+                "a step must have exactly one of setWeight, pause and analysis",
             ),
-            (None, None) => report.required(
+            _ => report.invalid(
                 step_path,
-                "a step must have exactly one of setWeight and pause",
+                written.join(" and "),
+                "a step must have exactly one of setWeight, pause and analysis",
             ),
-            _ => {}
+        }
+        if let Some(analysis) = &step.analysis {
+            check_analysis(analysis, step_path.field("analysis"), false, roles, report);
         }
         if let Some(weight) = step.set_weight {
             if !(0..=100).contains(&weight) {
@@ -1001,6 +1030,160 @@ fn check_canary_steps(steps: &[StepView<'_>], report: &mut Report) {
                 step_path.field("pause").field("duration"),
                 int_or_string(pause.duration.as_ref().expect("a duration failed to parse")),
                 &detail,
+            );
+        }
+    }
+}
+
+/// Rule 12: a canary analysis (docs/admission.md#rule-12-canary-analysis). `background`: the
+/// analysis of the whole canary, which repeats every `interval` unless `count` stops it.
+fn check_analysis(
+    analysis: &Analysis,
+    path: FieldPath<'_>,
+    background: bool,
+    roles: &[&str],
+    report: &mut Report,
+) {
+    let metrics_path = path.field("metrics");
+    if analysis.metrics.is_empty() {
+        report.required(metrics_path, "an analysis needs at least one metric");
+        return;
+    }
+    if analysis.metrics.len() > MAX_ANALYSIS_METRICS {
+        report.invalid(
+            metrics_path,
+            format!("{} metrics", analysis.metrics.len()),
+            &format!("must have at most {MAX_ANALYSIS_METRICS} metrics"),
+        );
+        return;
+    }
+    for (i, metric) in analysis.metrics.iter().enumerate() {
+        let at = metrics_path.index(i);
+        if metric.name.is_empty() {
+            report.required(at.field("name"), "a metric needs a name");
+        } else if metric.name.len() > MAX_METRIC_NAME_BYTES {
+            report.invalid(
+                at.field("name"),
+                &metric.name,
+                &format!("must be at most {MAX_METRIC_NAME_BYTES} bytes"),
+            );
+        } else if let Some(j) = analysis.metrics[..i]
+            .iter()
+            .position(|m| m.name == metric.name)
+        {
+            report.invalid(
+                at.field("name"),
+                &metric.name,
+                &format!("metrics[{j}] has the same name; names must be unique"),
+            );
+        }
+        if let Some(role) = &metric.role
+            && !roles.contains(&role.as_str())
+        {
+            report.invalid(
+                at.field("role"),
+                role,
+                &format!("must be one of the template's roles ({})", roles.join(", ")),
+            );
+        }
+        match &metric.provider.prometheus {
+            None => report.required(
+                at.field("provider").field("prometheus"),
+                "a metric needs a provider (prometheus)",
+            ),
+            Some(prometheus) => {
+                let provider = at.field("provider");
+                let prometheus_path = provider.field("prometheus");
+                let query_path = prometheus_path.field("query");
+                if prometheus.query.trim().is_empty() {
+                    report.required(query_path, "a Prometheus metric needs a query");
+                } else if prometheus.query.len() > MAX_QUERY_BYTES {
+                    report.invalid(
+                        query_path,
+                        format!("{} bytes", prometheus.query.len()),
+                        &format!("must be at most {MAX_QUERY_BYTES} bytes"),
+                    );
+                } else if let Err(detail) =
+                    render_query(&prometheus.query, None, metric.role.is_some())
+                {
+                    report.invalid(query_path, "(as written)", &detail);
+                }
+                if prometheus.endpoint.as_deref() == Some("") {
+                    report.invalid(
+                        prometheus_path.field("endpoint"),
+                        "\"\"",
+                        "names a configured endpoint; omit it for `default`",
+                    );
+                }
+            }
+        }
+        if metric.success_condition.is_none() && metric.failure_condition.is_none() {
+            report.required(
+                at,
+                "a metric needs successCondition, failureCondition or both",
+            );
+        }
+        for (field, condition) in [
+            ("successCondition", &metric.success_condition),
+            ("failureCondition", &metric.failure_condition),
+        ] {
+            if let Some(text) = condition
+                && let Err(e) = Condition::parse(text)
+            {
+                report.invalid(at.field(field), text, &e.to_string());
+            }
+        }
+        let count = metric.count;
+        if let Some(count) = count.filter(|c| !(1..=MAX_ANALYSIS_COUNT).contains(c)) {
+            report.invalid(
+                at.field("count"),
+                count,
+                &format!("must be between 1 and {MAX_ANALYSIS_COUNT}"),
+            );
+        }
+        for (field, limit) in [
+            ("failureLimit", metric.failure_limit),
+            ("inconclusiveLimit", metric.inconclusive_limit),
+        ] {
+            if let Some(limit) = limit.filter(|l| !(0..=MAX_ANALYSIS_COUNT).contains(l)) {
+                report.invalid(
+                    at.field(field),
+                    limit,
+                    &format!("must be between 0 and {MAX_ANALYSIS_COUNT}"),
+                );
+            }
+        }
+        for (field, value, min) in [
+            ("interval", &metric.interval, MIN_ANALYSIS_INTERVAL),
+            ("initialDelay", &metric.initial_delay, 0),
+        ] {
+            let Some(value) = value else { continue };
+            match pause_seconds(Some(&IntOrStr::from(value))) {
+                Err(detail) => {
+                    report.invalid(at.field(field), int_or_string(&value.into()), &detail)
+                }
+                Ok(Some(seconds)) if !(min..=MAX_ANALYSIS_WAIT).contains(&seconds) => report
+                    .invalid(
+                        at.field(field),
+                        int_or_string(&value.into()),
+                        &format!("must be between {min}s and {MAX_ANALYSIS_WAIT}s"),
+                    ),
+                Ok(_) => {}
+            }
+        }
+        let repeats = if background {
+            count != Some(1)
+        } else {
+            count.is_some_and(|c| c > 1)
+        };
+        if repeats && metric.interval.is_none() {
+            report.required(
+                at.field("interval"),
+                if background {
+                    "a background analysis measures again every interval (unless count is 1)"
+                } else {
+                    "a metric with count above 1 measures again every interval"
+                },
             );
         }
     }

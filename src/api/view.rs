@@ -17,6 +17,8 @@ use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::analysis::Analysis;
+
 use super::{
     CanaryPhase, RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType,
 };
@@ -320,6 +322,9 @@ pub struct CanaryView<'a> {
     /// The steps.
     #[serde(borrow, default)]
     pub steps: Option<Vec<StepView<'a>>>,
+    /// The background analysis, read whole (rare, and small by its bounds).
+    #[serde(default)]
+    pub analysis: Option<Box<Analysis>>,
 }
 
 /// One canary step.
@@ -332,6 +337,9 @@ pub struct StepView<'a> {
     /// `pause`.
     #[serde(borrow, default)]
     pub pause: Option<PauseView<'a>>,
+    /// `analysis`, read whole (rare, and small by its bounds).
+    #[serde(default)]
+    pub analysis: Option<Box<Analysis>>,
 }
 
 /// A pause step.

@@ -16,6 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
+use crate::api::analysis::AnalysisStatus;
 use crate::api::keys::FIELD_MANAGER;
 use crate::api::{CanaryPhase, PauseReason, StormService};
 use crate::planner::canary::{Step, weight_at};
@@ -419,6 +420,7 @@ pub fn render(service: &StormService) -> String {
                     Step::Weight(w) => format!("setWeight {w}"),
                     Step::Pause(Some(d)) => format!("pause {d}s"),
                     Step::Pause(None) => "pause (until promoted)".to_string(),
+                    Step::Analysis => "analysis".to_string(),
                 };
                 let _ = writeln!(out, "  {:>2}  {what:<24} {marker}", i + 1);
             }
@@ -429,6 +431,13 @@ pub fn render(service: &StormService) -> String {
             );
             if let Some(message) = &canary.message {
                 let _ = writeln!(out, "message: {message}");
+            }
+            if let Some(analysis) = &canary.analysis {
+                let step = analysis.step.unwrap_or_default() + 1;
+                analysis_lines(&mut out, &format!("analysis of step {step}"), analysis);
+            }
+            if let Some(analysis) = &canary.background_analysis {
+                analysis_lines(&mut out, "background analysis", analysis);
             }
             let unit = match canary.mode {
                 Some(crate::api::CanaryMode::Replica) => "RoleSets",
@@ -462,10 +471,51 @@ pub fn render(service: &StormService) -> String {
     out
 }
 
+/// An analysis and its metrics' last measurements, for `squall status`.
+fn analysis_lines(out: &mut String, label: &str, analysis: &AnalysisStatus) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "{label}: {:?}", analysis.phase);
+    for metric in &analysis.metrics {
+        let _ = writeln!(
+            out,
+            "  metric {:<20} {:?}: {} measured ({} successful, {} failed, {} inconclusive)",
+            metric.name,
+            metric.phase,
+            metric.measured,
+            metric.successful,
+            metric.failed,
+            metric.inconclusive
+        );
+        for m in &metric.measurements {
+            let _ = writeln!(
+                out,
+                "    #{:<3} {:<12} {:<12} {}{}",
+                m.number,
+                format!("{:?}", m.phase),
+                m.value.as_deref().unwrap_or("-"),
+                m.time.0,
+                m.message
+                    .as_deref()
+                    .map(|why| format!("  {why}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+}
+
 fn waiting_for(canary: &crate::api::CanaryStatus, step: Option<&Step>) -> String {
+    let inconclusive = canary
+        .pause_conditions
+        .iter()
+        .flatten()
+        .any(|c| c.reason == PauseReason::CanaryAnalysisInconclusive);
     match (canary.phase, step) {
         (Some(CanaryPhase::Completed), _) => "nothing: completed".into(),
         (Some(CanaryPhase::Aborted), _) => "`squall retry` (aborted)".into(),
+        _ if inconclusive => {
+            "`squall promote` to go on or `squall abort` (analysis inconclusive)".into()
+        }
+        (_, Some(Step::Analysis)) => "the analysis to decide".into(),
         (_, Some(Step::Pause(None))) => "`squall promote`".into(),
         (_, Some(Step::Pause(Some(d)))) => format!("the {d}s pause (or `squall promote`)"),
         (_, Some(Step::Weight(w))) => format!("the {w}% target to be updated and Ready"),

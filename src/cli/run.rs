@@ -19,6 +19,7 @@ use webhook_certs::store::Store;
 use crate::admin::{self, Readiness};
 use crate::api::podgroup::PodGroupCrds;
 use crate::controller::aibrix_guard::AibrixLease;
+use crate::controller::analysis::{AnalysisConfig, Providers};
 use crate::metrics::Metrics;
 use crate::server::{self, CertResolver};
 use crate::webhook::config::{Registration, configurations};
@@ -99,6 +100,11 @@ pub struct RunArgs {
     /// Namespaces the controllers serve (comma-separated); empty: every namespace.
     #[arg(long, env = "SQUALL_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
+    /// The canary analysis providers (a YAML file of Prometheus endpoints, which the Helm
+    /// chart renders from its values); without it, analysis steps find no endpoint and
+    /// are inconclusive.
+    #[arg(long, env = "SQUALL_ANALYSIS_CONFIG")]
+    analysis_config: Option<PathBuf>,
     /// Set SO_REUSEPORT on the webhook socket, so several processes on one host can serve
     /// webhooks on the same port (the kernel spreads connections among them).
     #[arg(long, env = "SQUALL_REUSE_PORT")]
@@ -192,6 +198,8 @@ pub struct Settings {
     exclude_user: Option<String>,
     /// Whether the controllers run, and under which Lease.
     controllers: Option<Controllers>,
+    /// The analysis providers' configuration file.
+    analysis_config: Option<PathBuf>,
     log_format: LogFormat,
 }
 
@@ -302,6 +310,7 @@ impl TryFrom<&RunArgs> for Settings {
             failure_policy: args.failure_policy.clone(),
             exclude_user: args.exclude_user.clone(),
             controllers,
+            analysis_config: args.analysis_config.clone(),
             log_format: args.log_format,
         })
     }
@@ -327,6 +336,12 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let configs = webhook_configs(&settings, &config, &client, webhook_addr).await?;
     let source = cert_source(&settings, &client);
 
+    let providers = Arc::new(analysis_providers(
+        settings.analysis_config.as_deref(),
+        &config,
+        &metrics,
+        &settings.namespace,
+    )?);
     let resolver = Arc::new(CertResolver::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (certs_tx, certs_rx) = watch::channel(CertState::default());
@@ -379,7 +394,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
-            run_controllers(config, metrics, controllers, crds_rx, stop).await
+            run_controllers(config, metrics, controllers, crds_rx, providers, stop).await
         })
     });
 
@@ -539,6 +554,26 @@ fn bind_webhook(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListen
     socket.listen(1024)
 }
 
+/// The analysis providers the configuration file names (none without one); a file that
+/// does not parse stops the start with its error.
+fn analysis_providers(
+    path: Option<&std::path::Path>,
+    config: &kube::Config,
+    metrics: &Arc<Metrics>,
+    namespace: &str,
+) -> anyhow::Result<Providers> {
+    let Some(path) = path else {
+        return Ok(Providers::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --analysis-config {}", path.display()))?;
+    let analysis = AnalysisConfig::parse(&text)?;
+    let client = crate::client::counted(config.clone(), metrics.clone(), "analysis")?;
+    let providers = Providers::from_config(&analysis, Some(client), namespace)?;
+    tracing::info!(endpoints = ?providers.names(), "canary analysis providers");
+    Ok(providers)
+}
+
 /// Where the controllers' Lease lives.
 #[derive(Debug, PartialEq)]
 struct Election {
@@ -555,6 +590,7 @@ async fn run_controllers(
     metrics: Arc<Metrics>,
     controllers: Controllers,
     podgroup_crds: watch::Receiver<PodGroupCrds>,
+    providers: Arc<Providers>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let Controllers {
@@ -572,6 +608,7 @@ async fn run_controllers(
             namespaces,
             aibrix_lease,
             podgroup_crds,
+            providers,
             async move {
                 let _ = stop.changed().await;
             },
@@ -618,6 +655,7 @@ async fn run_controllers(
         namespaces,
         aibrix_lease,
         podgroup_crds,
+        providers,
         async move {
             let _ = stop.changed().await;
         },

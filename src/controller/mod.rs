@@ -4,6 +4,7 @@
 //! (docs/architecture.md#one-reconcile).
 
 pub mod aibrix_guard;
+pub mod analysis;
 pub mod cache;
 pub mod podgroups;
 pub mod podset;
@@ -265,6 +266,8 @@ pub struct Context {
     status_held_since: Mutex<HashMap<String, Instant>>,
     /// While AIBrix's controller-manager holds its Lease, nothing is reconciled.
     guard: Option<Arc<AibrixGuard>>,
+    /// Where canary analyses take their measurements.
+    pub providers: Arc<analysis::Providers>,
 }
 
 impl Context {
@@ -281,7 +284,14 @@ impl Context {
             overwritten: Mutex::default(),
             status_held_since: Mutex::default(),
             guard: None,
+            providers: Arc::default(),
         }
+    }
+
+    /// The same context, measuring canary analyses with `providers`.
+    pub fn with_providers(mut self, providers: Arc<analysis::Providers>) -> Self {
+        self.providers = providers;
+        self
     }
 
     /// The same context, reconciling only while `guard` finds AIBrix's Lease free.
@@ -900,6 +910,7 @@ pub async fn run(
     namespaces: &[String],
     aibrix_lease: Option<aibrix_guard::AibrixLease>,
     podgroup_crds: watch::Receiver<PodGroupCrds>,
+    providers: Arc<analysis::Providers>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), kube::Error> {
     let client = |name| crate::client::counted(config.clone(), metrics.clone(), name);
@@ -929,6 +940,7 @@ pub async fn run(
             &metrics,
             &guard,
             podgroup_crds.clone(),
+            &providers,
             shutdown.clone(),
         )
     }));
@@ -1025,12 +1037,15 @@ async fn run_scope(
     metrics: &Arc<Metrics>,
     guard: &Option<Arc<AibrixGuard>>,
     podgroup_crds: watch::Receiver<PodGroupCrds>,
+    providers: &Arc<analysis::Providers>,
     shutdown: impl std::future::Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
     let (caches, drivers) = Caches::new(&clients.cache, namespace, metrics, podgroup_crds);
     let context = |client: &Client| {
         Arc::new(
-            Context::new(client.clone(), caches.clone(), metrics.clone()).guarded_by(guard.clone()),
+            Context::new(client.clone(), caches.clone(), metrics.clone())
+                .guarded_by(guard.clone())
+                .with_providers(providers.clone()),
         )
     };
     // Subscribed before the watches start, so no change is missed.

@@ -21,12 +21,14 @@ use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
     owned_children,
 };
+use crate::api::analysis::AnalysisPhase;
 use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::validation::validate_stormservice;
 use crate::api::{Condition, RoleSet, StormService};
 use crate::planner::adoption::predict;
+use crate::planner::analysis::Measured;
 use crate::planner::canary::{CanaryDecision, Transition, Trigger};
 use crate::planner::render::{headless_service, headless_service_repair};
 use crate::planner::revision::{
@@ -146,6 +148,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             .iter()
             .map(|r| (r.name_any(), r.metadata.deletion_timestamp.is_some())),
     );
+    let measured = measure_due(service, ctx, now.as_second()).await;
     let pass = decide(&PassInput {
         service,
         current: &revisions.current,
@@ -163,6 +166,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             .collect(),
         pending_deletes: expectation.deletes.clone(),
         now: now.as_second(),
+        measured: &measured,
     })?;
     let action = &pass.action;
 
@@ -242,6 +246,9 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     // Transitions are reported once their status is stored.
     for transition in decision.iter().flat_map(|d| &d.transitions) {
         ctx.metrics.step_transition(transition.trigger.as_str());
+        if transition.reason == "CanaryAnalysisFailed" {
+            report_failed_metric(service, decision.and_then(|d| d.status.as_ref()), ctx);
+        }
         record_durations(transition, service, &revisions, ctx);
         ctx.publish(
             "stormservice",
@@ -266,6 +273,66 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     }
 }
 
+/// Takes the canary analysis measurements due at `now` (none while nothing is due: the
+/// planner's requeue brings the reconcile back when one is).
+async fn measure_due(service: &StormService, ctx: &Context, now: i64) -> Vec<Measured> {
+    let canary = service
+        .spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.canary.as_ref());
+    let due = crate::planner::canary::due(
+        service.spec.canary_steps().unwrap_or_default(),
+        canary.and_then(|c| c.analysis.as_ref()),
+        service
+            .status
+            .as_ref()
+            .and_then(|s| s.canary_status.as_ref()),
+        service.spec.paused == Some(true),
+        now,
+    );
+    if due.is_empty() {
+        return Vec::new();
+    }
+    let measured = ctx.providers.measure(service, due).await;
+    for m in &measured {
+        ctx.metrics.analysis_measurement(m.value.is_ok());
+        if let Err(why) = &m.value {
+            tracing::info!(metric = m.due.metric, subject = ?m.due.subject, %why, "analysis measurement without a number");
+        }
+    }
+    measured
+}
+
+/// Sets the failed-metric gauge for the metric that failed the analysis in `canary`.
+fn report_failed_metric(
+    service: &StormService,
+    canary: Option<&crate::api::CanaryStatus>,
+    ctx: &Context,
+) {
+    let analyses = canary
+        .into_iter()
+        .flat_map(|c| [c.analysis.as_ref(), c.background_analysis.as_ref()])
+        .flatten();
+    for metric in analyses
+        .flat_map(|a| &a.metrics)
+        .filter(|m| m.phase == AnalysisPhase::Failed)
+    {
+        let value = metric
+            .measurements
+            .last()
+            .and_then(|m| m.value.as_deref())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        ctx.metrics.analysis_failed(
+            &service.namespace().unwrap_or_default(),
+            &service.name_any(),
+            &metric.name,
+            value,
+        );
+    }
+}
+
 /// Rollout and manual-pause durations, observed when the transitions that end them happen.
 fn record_durations(
     transition: &Transition,
@@ -278,7 +345,7 @@ fn record_durations(
         t.map(|t| (now - t.0.as_second()).max(0) as f64)
     };
     match (transition.reason, transition.trigger) {
-        ("CanaryCompleted" | "CanaryAborted", _) => {
+        ("CanaryCompleted" | "CanaryAborted" | "CanaryAnalysisFailed", _) => {
             // A rollout starts when its revision is written.
             if let Some(seconds) = since(revisions.update.metadata.creation_timestamp.as_ref()) {
                 let outcome = if transition.reason == "CanaryCompleted" {

@@ -8,7 +8,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::{CanaryMode, CanaryPhase, CanaryStatus, PauseCondition, PauseReason, StepState};
+use super::analysis::{self, Measured, Subject};
+use crate::api::analysis::{Analysis, AnalysisPhase};
+use crate::api::{
+    CanaryMode, CanaryPhase, CanaryStatus, CanaryStep, PauseCondition, PauseReason, StepState,
+};
 
 /// The steps the machine runs: read from the spec by
 /// [`crate::api::StormServiceSpec::effective_steps`].
@@ -24,6 +28,8 @@ pub enum Trigger {
     Timer,
     /// A user's promote, abort, retry or template change.
     User,
+    /// A measurement decided an analysis.
+    Analysis,
 }
 
 impl Trigger {
@@ -33,6 +39,7 @@ impl Trigger {
             Self::Watch => "watch",
             Self::Timer => "timer",
             Self::User => "user",
+            Self::Analysis => "analysis",
         }
     }
 }
@@ -55,6 +62,13 @@ pub struct Transition {
 pub struct CanaryInput<'a> {
     /// The steps, a final `Weight(100)` included.
     pub steps: &'a [Step],
+    /// The steps as written: an analysis step's metrics are read from the step of the same
+    /// index.
+    pub spec_steps: &'a [CanaryStep],
+    /// The background analysis (`canary.analysis`), when there is one.
+    pub background: Option<&'a Analysis>,
+    /// Measurements the controller took this pass (those [`due`] said were due).
+    pub measured: &'a [Measured],
     /// Hash of the steps as written (an edit restarts the canary).
     pub steps_hash: &'a str,
     /// The stable revision (`currentRevision`).
@@ -105,7 +119,7 @@ pub fn weight_at(steps: &[Step], index: usize) -> u32 {
         .rev()
         .find_map(|s| match s {
             Step::Weight(w) => Some(*w),
-            Step::Pause(_) => None,
+            Step::Pause(_) | Step::Analysis => None,
         })
         .unwrap_or(0)
 }
@@ -115,12 +129,115 @@ pub fn target(n: u32, weight: u32) -> u32 {
     (u64::from(n) * u64::from(weight)).div_ceil(100) as u32
 }
 
-fn has_gate(status: &CanaryStatus) -> bool {
+fn has_gate(status: &CanaryStatus, reason: PauseReason) -> bool {
     status
         .pause_conditions
         .iter()
         .flatten()
-        .any(|c| c.reason == PauseReason::CanaryPauseStep)
+        .any(|c| c.reason == reason)
+}
+
+/// Opens a gate for `reason` (once).
+fn open_gate(status: &mut CanaryStatus, reason: PauseReason, now: i64) {
+    if !has_gate(status, reason) {
+        status
+            .pause_conditions
+            .get_or_insert_with(Vec::new)
+            .push(PauseCondition {
+                reason,
+                start_time: time(now),
+            });
+    }
+}
+
+/// The analysis of step `index`, as written.
+fn step_analysis<'a>(input: &CanaryInput<'a>, index: usize) -> Option<&'a Analysis> {
+    input
+        .spec_steps
+        .get(index)
+        .and_then(|s| s.analysis.as_ref())
+}
+
+/// The measurements due now: the running metrics of the current step's analysis and of the
+/// background analysis whose time has come (docs/rollouts.md#canary-analysis). Nothing is
+/// measured while the service is paused, or once the canary completed or aborted.
+pub fn due(
+    spec_steps: &[CanaryStep],
+    background: Option<&Analysis>,
+    status: Option<&CanaryStatus>,
+    paused: bool,
+    now: i64,
+) -> Vec<analysis::Due> {
+    let Some(status) = status.filter(|s| {
+        !paused && !matches!(s.phase, Some(CanaryPhase::Completed | CanaryPhase::Aborted))
+    }) else {
+        return Vec::new();
+    };
+    let mut due = Vec::new();
+    if let Some(state) = &status.analysis
+        && state.step == Some(status.current_step)
+        && let Some(spec) = usize::try_from(status.current_step)
+            .ok()
+            .and_then(|i| spec_steps.get(i))
+            .and_then(|s| s.analysis.as_ref())
+    {
+        let subject = Subject::Step(status.current_step as usize);
+        due.extend(
+            analysis::due_metrics(spec, state, now)
+                .into_iter()
+                .map(|metric| analysis::Due { subject, metric }),
+        );
+    }
+    if let (Some(spec), Some(state)) = (background, &status.background_analysis) {
+        due.extend(
+            analysis::due_metrics(spec, state, now)
+                .into_iter()
+                .map(|metric| analysis::Due {
+                    subject: Subject::Background,
+                    metric,
+                }),
+        );
+    }
+    due
+}
+
+/// Aborts the canary: every replica returns to the stable revision.
+fn abort(
+    mut status: CanaryStatus,
+    index: usize,
+    now: i64,
+    message: String,
+    (reason, trigger): (&'static str, Trigger),
+    mut transitions: Vec<Transition>,
+) -> CanaryDecision {
+    status.phase = Some(CanaryPhase::Aborted);
+    status.aborted_at = Some(time(now));
+    status.pause_conditions = None;
+    transitions.push(Transition {
+        reason,
+        message: format!(
+            "{message}: returning to the stable revision; trigger={}",
+            trigger.as_str()
+        ),
+        trigger,
+        step: index,
+    });
+    status.message = Some(message);
+    CanaryDecision {
+        status: Some(status),
+        weight: 0,
+        aborting: true,
+        transitions,
+        requeue_after: None,
+    }
+}
+
+/// The earlier of two requeues.
+fn sooner(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        _ => a.or(b),
+    }
 }
 
 /// A new canary at step 0.
@@ -261,25 +378,14 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
         }
     }
     if status.abort == Some(true) {
-        status.phase = Some(CanaryPhase::Aborted);
-        status.aborted_at = Some(time(input.now));
-        status.message = Some(format!("aborted at step {index}"));
-        status.pause_conditions = None;
-        transitions.push(Transition {
-            reason: "CanaryAborted",
-            message: format!(
-                "aborted at step {index}: returning to the stable revision; trigger=user"
-            ),
-            trigger: Trigger::User,
-            step: index,
-        });
-        return CanaryDecision {
-            status: Some(status),
-            weight: 0,
-            aborting: true,
+        return abort(
+            status,
+            index,
+            input.now,
+            format!("aborted at step {index}"),
+            ("CanaryAborted", Trigger::User),
             transitions,
-            requeue_after: None,
-        };
+        );
     }
     if status.promote_full == Some(true) && index != last {
         index = last;
@@ -309,11 +415,169 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
     }
 
     let mut requeue_after = None;
+    // The background analysis runs from the first step until the canary completes: a
+    // failure aborts wherever the canary is; an inconclusive result holds it behind a gate
+    // until promoted. `spec.paused` freezes it with everything else.
+    let mut held = false;
+    if let Some(spec) = input.background
+        && !input.paused
+    {
+        let gated = has_gate(&status, PauseReason::CanaryAnalysisInconclusive);
+        let state = status
+            .background_analysis
+            .get_or_insert_with(|| analysis::start(spec, Subject::Background, input.now));
+        let before = state.phase;
+        analysis::record_all(spec, Subject::Background, state, input.measured, input.now);
+        match state.phase {
+            AnalysisPhase::Failed => {
+                let message = format!(
+                    "background analysis failed at step {index}: {}",
+                    state.message.as_deref().unwrap_or_default()
+                );
+                return abort(
+                    status,
+                    index,
+                    input.now,
+                    message,
+                    ("CanaryAnalysisFailed", Trigger::Analysis),
+                    transitions,
+                );
+            }
+            AnalysisPhase::Inconclusive if before != AnalysisPhase::Inconclusive => {
+                let message = format!(
+                    "background analysis inconclusive at step {index}: {}; trigger=analysis",
+                    state.message.as_deref().unwrap_or_default()
+                );
+                open_gate(
+                    &mut status,
+                    PauseReason::CanaryAnalysisInconclusive,
+                    input.now,
+                );
+                status.phase = Some(CanaryPhase::Paused);
+                transitions.push(Transition {
+                    reason: "CanaryAnalysisInconclusive",
+                    message,
+                    trigger: Trigger::Analysis,
+                    step: index,
+                });
+                held = true;
+            }
+            AnalysisPhase::Inconclusive if gated => held = true,
+            AnalysisPhase::Inconclusive => {
+                // Promoted past the inconclusive result: the analysis runs on.
+                analysis::resume(state);
+                transitions.push(Transition {
+                    reason: "CanaryResumed",
+                    message: format!(
+                        "background analysis resumed at step {index} (promoted); trigger=user"
+                    ),
+                    trigger: Trigger::User,
+                    step: index,
+                });
+            }
+            AnalysisPhase::Running | AnalysisPhase::Successful => {}
+        }
+        let state = status.background_analysis.as_ref().expect("set above");
+        requeue_after = analysis::next_due_in(spec, state, input.now);
+    }
+
     // Walk as far as this pass allows (a Ready target can open the next step at once).
     // `spec.paused` freezes every transition.
-    if !input.paused {
+    if !input.paused && !held {
         loop {
             match input.steps[index] {
+                Step::Analysis => {
+                    let Some(spec) = step_analysis(input, index) else {
+                        break; // the steps and the spec disagree: never built so
+                    };
+                    let entered = status
+                        .analysis
+                        .as_ref()
+                        .is_some_and(|a| a.step == Some(index as i32))
+                        && status.step_state == Some(StepState::Analyzing);
+                    if !entered {
+                        enter(&mut status, input, index, Trigger::Watch, &mut transitions);
+                        continue;
+                    }
+                    let gated = has_gate(&status, PauseReason::CanaryAnalysisInconclusive);
+                    let state = status.analysis.as_mut().expect("entered");
+                    let before = state.phase;
+                    analysis::record_all(
+                        spec,
+                        Subject::Step(index),
+                        state,
+                        input.measured,
+                        input.now,
+                    );
+                    let message = state.message.clone().unwrap_or_default();
+                    match state.phase {
+                        AnalysisPhase::Running => {
+                            requeue_after = sooner(
+                                requeue_after,
+                                analysis::next_due_in(spec, state, input.now),
+                            );
+                            break;
+                        }
+                        AnalysisPhase::Failed => {
+                            return abort(
+                                status,
+                                index,
+                                input.now,
+                                format!("analysis failed at step {index}: {message}"),
+                                ("CanaryAnalysisFailed", Trigger::Analysis),
+                                transitions,
+                            );
+                        }
+                        AnalysisPhase::Inconclusive if before != AnalysisPhase::Inconclusive => {
+                            open_gate(
+                                &mut status,
+                                PauseReason::CanaryAnalysisInconclusive,
+                                input.now,
+                            );
+                            status.phase = Some(CanaryPhase::Paused);
+                            transitions.push(Transition {
+                                reason: "CanaryAnalysisInconclusive",
+                                message: format!(
+                                    "analysis inconclusive at step {index}: {message}; waiting for promote or abort; trigger=analysis"
+                                ),
+                                trigger: Trigger::Analysis,
+                                step: index,
+                            });
+                            break;
+                        }
+                        AnalysisPhase::Inconclusive if gated => break,
+                        AnalysisPhase::Inconclusive | AnalysisPhase::Successful => {
+                            let trigger = if state.phase == AnalysisPhase::Successful {
+                                Trigger::Analysis
+                            } else {
+                                Trigger::User // promoted past the inconclusive result
+                            };
+                            status.pause_conditions = None;
+                            transitions.push(Transition {
+                                reason: "CanaryAnalysisPassed",
+                                message: format!(
+                                    "analysis at step {index} {}; trigger={}",
+                                    if trigger == Trigger::User {
+                                        "promoted past an inconclusive result"
+                                    } else {
+                                        "succeeded"
+                                    },
+                                    trigger.as_str()
+                                ),
+                                trigger,
+                                step: index,
+                            });
+                            if index == last {
+                                break;
+                            }
+                            index += 1;
+                            enter(&mut status, input, index, trigger, &mut transitions);
+                            if matches!(input.steps[index], Step::Weight(_)) {
+                                break;
+                            }
+                        }
+                    }
+                }
                 Step::Weight(weight) => {
                     // No gate is open during a weight step.
                     status.pause_conditions = None;
@@ -326,6 +590,8 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                         break;
                     }
                     if index == last {
+                        // The background analysis ends with the canary.
+                        requeue_after = None;
                         status.step_state = Some(StepState::StepReady);
                         status.phase = Some(CanaryPhase::Completed);
                         transitions.push(Transition {
@@ -351,7 +617,8 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                         enter(&mut status, input, index, Trigger::Watch, &mut transitions);
                         continue;
                     }
-                    let promoted = !has_gate(&status);
+                    let promoted = !has_gate(&status, PauseReason::CanaryPauseStep);
+                    let mut wait = None;
                     let expired = duration.is_some_and(|d| {
                         let started = status.step_start_time.as_ref().map_or(input.now, seconds);
                         let waited = input.now - started - status.paused_seconds.unwrap_or(0);
@@ -362,14 +629,14 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                         if waited >= needed {
                             true
                         } else {
-                            requeue_after = Some((needed - waited).max(1) as u64);
+                            wait = Some((needed - waited).max(1) as u64);
                             false
                         }
                     });
                     if !(promoted || expired && input.target_ready) {
+                        requeue_after = sooner(requeue_after, wait);
                         break;
                     }
-                    requeue_after = None;
                     let trigger = if promoted {
                         Trigger::User
                     } else {
@@ -447,6 +714,22 @@ fn enter(
                 step: index,
             });
         }
+        Step::Analysis => {
+            status.step_state = Some(StepState::Analyzing);
+            status.phase = Some(CanaryPhase::Progressing);
+            if let Some(spec) = step_analysis(input, index) {
+                status.analysis = Some(analysis::start(spec, Subject::Step(index), input.now));
+            }
+            transitions.push(Transition {
+                reason: "CanaryAnalysisStarted",
+                message: format!(
+                    "step {index}: analysing the canary; trigger={}",
+                    trigger.as_str()
+                ),
+                trigger,
+                step: index,
+            });
+        }
         Step::Weight(weight) => {
             status.step_state = Some(StepState::Upgrading);
             status.phase = Some(CanaryPhase::Progressing);
@@ -480,6 +763,9 @@ mod tests {
     fn input<'a>(previous: Option<&'a CanaryStatus>, now: i64, ready: bool) -> CanaryInput<'a> {
         CanaryInput {
             steps: STEPS,
+            spec_steps: &[],
+            background: None,
+            measured: &[],
             steps_hash: "h1",
             stable_revision: "llm-stable",
             canary_revision: "llm-canary",
@@ -546,7 +832,10 @@ mod tests {
             (1, Some(StepState::StepPaused), Some(CanaryPhase::Paused))
         );
         assert_eq!(reasons(&next), [("CanaryPaused", "watch")]);
-        assert!(has_gate(next.status.as_ref().unwrap()));
+        assert!(has_gate(
+            next.status.as_ref().unwrap(),
+            PauseReason::CanaryPauseStep
+        ));
         assert_eq!(
             next.requeue_after,
             Some(11),
@@ -641,7 +930,10 @@ mod tests {
         resume.paused_since = Some(200);
         let resumed = step(&resume);
         assert_eq!(at(&resumed).0, 3, "the gate is still closed after resume");
-        assert!(has_gate(resumed.status.as_ref().unwrap()));
+        assert!(has_gate(
+            resumed.status.as_ref().unwrap(),
+            PauseReason::CanaryPauseStep
+        ));
         let promoted = step(&input(Some(&promote(&gate)), 301, false));
         assert_eq!(
             at(&promoted),
@@ -843,7 +1135,7 @@ mod tests {
                 }
                 let left_timed_pause = status.current_step == 1 && next.current_step > 1
                     && status.step_state == Some(StepState::StepPaused);
-                if left_timed_pause && has_gate(&status) {
+                if left_timed_pause && has_gate(&status, PauseReason::CanaryPauseStep) {
                     let waited = now - seconds(status.step_start_time.as_ref().unwrap())
                         - next.paused_seconds.unwrap_or(0).max(status.paused_seconds.unwrap_or(0));
                     prop_assert!(waited >= 10, "left the 10 s pause after {waited}s");

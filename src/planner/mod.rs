@@ -2,6 +2,7 @@
 //! update. No I/O, so every decision is unit- and property-tested.
 
 pub mod adoption;
+pub mod analysis;
 pub mod canary;
 pub mod in_place;
 pub mod lease;

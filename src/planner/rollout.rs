@@ -50,6 +50,8 @@ pub struct PassInput<'a> {
     pub pending_deletes: BTreeSet<String>,
     /// Unix seconds.
     pub now: i64,
+    /// Canary analysis measurements taken this pass ([`super::canary::due`]).
+    pub measured: &'a [super::analysis::Measured],
 }
 
 /// A RoleSet to create, rendered.
@@ -377,8 +379,14 @@ fn evaluate_canary(
         })
         .and_then(|c| c.last_transition_time.as_ref())
         .map(|t| t.0.as_second());
+    let strategy = service.spec.update_strategy.as_ref();
     let decision = step(&CanaryInput {
         steps: &steps,
+        spec_steps: service.spec.canary_steps().unwrap_or_default(),
+        background: strategy
+            .and_then(|s| s.canary.as_ref())
+            .and_then(|c| c.analysis.as_ref()),
+        measured: input.measured,
         steps_hash: &hash,
         stable_revision: &stable,
         canary_revision: &canary,
@@ -747,6 +755,7 @@ mod tests {
             pending_creates: Vec::new(),
             pending_deletes: BTreeSet::new(),
             now: 1_000,
+            measured: &[],
         })
         .unwrap()
     }

@@ -14,8 +14,8 @@ use kube::ResourceExt;
 use super::canary::{CanaryDecision, needs_stable_revision};
 use super::roleset::{PodView, RoleInput};
 use crate::api::keys::{
-    CONDITION_AVAILABLE, CONDITION_INVALID_SPEC, CONDITION_PAUSED, CONDITION_PROGRESSING,
-    CONDITION_READY, CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT,
+    CONDITION_AVAILABLE, CONDITION_CANARY_ANALYSIS, CONDITION_INVALID_SPEC, CONDITION_PAUSED,
+    CONDITION_PROGRESSING, CONDITION_READY, CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT,
     LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::{
@@ -120,6 +120,44 @@ pub fn condition(
         observed_generation: generation,
         ..Condition::default()
     }
+}
+
+/// The `CanaryAnalysis` condition's status, reason and message, while the canary has an
+/// analysis: the worst of the step's and the background analysis decides.
+fn analysis_condition(
+    canary: Option<&crate::api::CanaryStatus>,
+) -> Option<(&'static str, &'static str, String)> {
+    use crate::api::analysis::AnalysisPhase;
+    let canary = canary?;
+    let analyses = [
+        canary.analysis.as_ref(),
+        canary.background_analysis.as_ref(),
+    ];
+    let worst = analyses.iter().flatten().max_by_key(|a| match a.phase {
+        AnalysisPhase::Failed => 3,
+        AnalysisPhase::Inconclusive => 2,
+        AnalysisPhase::Running => 1,
+        AnalysisPhase::Successful => 0,
+    })?;
+    let which = match worst.step {
+        Some(step) => format!("the analysis of step {step}"),
+        None => "the background analysis".to_string(),
+    };
+    let message = worst.message.clone();
+    Some(match worst.phase {
+        AnalysisPhase::Failed => (
+            "False",
+            "MetricFailed",
+            message.unwrap_or_else(|| format!("{which} failed")),
+        ),
+        AnalysisPhase::Inconclusive => (
+            "Unknown",
+            "Inconclusive",
+            message.unwrap_or_else(|| format!("{which} is inconclusive")),
+        ),
+        AnalysisPhase::Running => ("True", "Measuring", format!("{which} is measuring")),
+        AnalysisPhase::Successful => ("True", "Successful", format!("{which} succeeded")),
+    })
 }
 
 /// Keeps `lastTransitionTime` of conditions whose status did not change since `old`
@@ -494,12 +532,26 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
             generation,
         )
     } else if canary_phase == Some(CanaryPhase::Paused) {
-        // Waiting in a pause step is not a stall: no progress deadline runs.
+        // Waiting in a pause step (or behind an inconclusive analysis) is not a stall: no
+        // progress deadline runs.
+        let inconclusive = canary
+            .and_then(|c| c.status.as_ref())
+            .and_then(|c| c.pause_conditions.as_ref())
+            .is_some_and(|gates| {
+                gates
+                    .iter()
+                    .any(|g| g.reason == crate::api::PauseReason::CanaryAnalysisInconclusive)
+            });
         condition(
             CONDITION_PROGRESSING,
             "Unknown",
             "CanaryPaused",
-            "the canary waits in a pause step".into(),
+            if inconclusive {
+                "the canary waits: its analysis is inconclusive (squall promote or squall abort)"
+                    .into()
+            } else {
+                "the canary waits in a pause step".into()
+            },
             generation,
         )
     } else if stalled_for >= deadline {
@@ -559,8 +611,20 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
             generation,
         ));
     }
+    if let Some((status, reason, message)) =
+        analysis_condition(canary.and_then(|c| c.status.as_ref()))
+    {
+        conditions.push(condition(
+            CONDITION_CANARY_ANALYSIS,
+            status,
+            reason,
+            message,
+            generation,
+        ));
+    }
     // Conditions of other writers (the canary) are kept.
     let ours = [
+        CONDITION_CANARY_ANALYSIS,
         CONDITION_READY,
         CONDITION_AVAILABLE,
         CONDITION_PROGRESSING,
