@@ -28,7 +28,7 @@ lint:           ## squall lint on the bundled samples
 audit:          ## cargo deny with the RustSec advisories (needs network access to GitHub)
 	hack/deny.sh --advisories
 
-fuzz:           ## fuzz the admission review handler (FUZZ_SECONDS, default 600)
+fuzz:           ## fuzz the admission review handler and the analysis condition parser (FUZZ_SECONDS each, default 600)
 	hack/fuzz.sh
 
 bench:          ## every benchmark (admission, planner, controller at 1,600 pods); regenerates the README table

@@ -212,6 +212,7 @@ async fn main() {
         webhook_router(
             Arc::new(Metrics::default()),
             tokio::sync::watch::channel(PodGroupCrds::known([])).1,
+            Arc::from(["default".to_string()]),
         ),
         admission_router(Arc::new(Metrics::default()), Arc::new(noop)),
     ] {

@@ -54,7 +54,7 @@ phase "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 phase "dependency policy (cargo deny)" hack/deny.sh
 phase "rust build (tests)" cargo test --workspace --locked --no-run
 phase "unit and conformance tests" cargo test --workspace --locked
-phase "fuzz smoke (review handler, 30 s)" env FUZZ_SECONDS=30 FUZZ_PROFILE=dev hack/fuzz.sh
+phase "fuzz smoke (review handler and condition parser, 30 s each)" env FUZZ_SECONDS=30 FUZZ_PROFILE=dev hack/fuzz.sh
 phase "tools build (hack/build-tools.sh)" hack/build-tools.sh
 STARTED_CLUSTER=1
 phase "cluster up" e2e/cluster.sh up

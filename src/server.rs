@@ -286,11 +286,22 @@ impl ReviewPool {
 }
 
 /// The webhook routes: one POST path per [`Hook`], warning of gang strategies whose
-/// PodGroup CRD `crds` (kept current by its lookup) says is missing.
-pub fn webhook_router(metrics: Arc<Metrics>, crds: watch::Receiver<PodGroupCrds>) -> Router {
+/// PodGroup CRD `crds` (kept current by its lookup) says is missing, and denying analysis
+/// metrics that name an endpoint other than `endpoints` (the operator's configuration).
+pub fn webhook_router(
+    metrics: Arc<Metrics>,
+    crds: watch::Receiver<PodGroupCrds>,
+    endpoints: Arc<[String]>,
+) -> Router {
     admission_router(
         metrics,
-        Arc::new(move |hook, body| webhook::review_knowing(hook, body, *crds.borrow())),
+        Arc::new(move |hook, body| {
+            let cluster = webhook::Cluster {
+                crds: *crds.borrow(),
+                endpoints: Some(&endpoints),
+            };
+            webhook::review_knowing(hook, body, cluster)
+        }),
     )
 }
 

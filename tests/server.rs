@@ -36,7 +36,14 @@ struct Server {
 }
 
 async fn start() -> Server {
-    start_router(|metrics| webhook_router(metrics, watch::channel(PodGroupCrds::Unknown).1)).await
+    start_router(|metrics| {
+        webhook_router(
+            metrics,
+            watch::channel(PodGroupCrds::Unknown).1,
+            Arc::from(["default".to_string()]),
+        )
+    })
+    .await
 }
 
 /// A server answering with the router `make` builds around the server's metrics.

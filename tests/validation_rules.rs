@@ -235,6 +235,54 @@ fn lint_skips_kinds_it_does_not_own_and_fails_on_unreadable_input() {
     );
 }
 
+/// With the operator's analysis configuration, lint holds analysis metrics to its endpoints
+/// as the webhook does; without it, it cannot know them and says nothing.
+#[test]
+fn lint_checks_analysis_endpoints_against_the_analysis_config() {
+    let dir = tempdir();
+    let manifest = dir.join("analysis.yaml");
+    let mut doc = stormservice();
+    doc["spec"]["updateStrategy"] = json!({"canary": {"steps": [
+        {"setWeight": 50},
+        {"analysis": {"metrics": [{"name": "ttft",
+            "provider": {"prometheus": {"endpoint": "staging", "query": "up"}},
+            "successCondition": "result < 1"}]}}
+    ]}});
+    std::fs::write(&manifest, serde_json::to_string(&doc).unwrap()).unwrap();
+    let lint = |config: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_squall"));
+        command.args(["lint", "-f"]).arg(&manifest);
+        if let Some(config) = config {
+            let path = dir.join("analysis-config.yaml");
+            std::fs::write(&path, config).unwrap();
+            command.arg("--analysis-config").arg(path);
+        }
+        let out = command.output().expect("run squall lint");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert_eq!(lint(None).0, Some(0), "{}", lint(None).1);
+    let (code, stdout) = lint(Some(
+        "prometheus:\n- name: default\n  address: http://127.0.0.1:9090\n",
+    ));
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "error: spec.updateStrategy.canary.steps[1].analysis.metrics[0].provider.prometheus.endpoint: Invalid value: \"staging\""
+        ),
+        "{stdout}"
+    );
+    let both = "prometheus:\n- name: default\n  address: http://127.0.0.1:9090\n- name: staging\n  address: http://127.0.0.1:9091\n";
+    assert_eq!(lint(Some(both)).0, Some(0));
+    assert_eq!(
+        lint(Some("prometheus: 3\n")).0,
+        Some(2),
+        "an unreadable config"
+    );
+}
+
 fn tempdir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("squall-lint-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

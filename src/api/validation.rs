@@ -518,6 +518,70 @@ impl<'a> View<'a> {
         at_roleset.into_iter().chain(at_roles).collect()
     }
 
+    /// The Prometheus endpoint each analysis metric names, with the field path of its
+    /// `endpoint` (empty for a StormService without analysis, and for a RoleSet).
+    pub fn analysis_endpoints(&self) -> Vec<(String, &str)> {
+        let Spec::StormService(spec) = &self.spec else {
+            return Vec::new();
+        };
+        let Some(canary) = spec
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.canary.as_ref())
+        else {
+            return Vec::new();
+        };
+        let root = "spec.updateStrategy.canary";
+        let steps = canary.steps.iter().flatten().enumerate();
+        let analyses = steps
+            .filter_map(|(i, step)| {
+                Some((
+                    format!("{root}.steps[{i}].analysis"),
+                    step.analysis.as_deref()?,
+                ))
+            })
+            .chain(
+                canary
+                    .analysis
+                    .as_deref()
+                    .map(|a| (format!("{root}.analysis"), a)),
+            );
+        analyses
+            .flat_map(|(path, analysis)| {
+                analysis.metrics.iter().enumerate().map(move |(i, metric)| {
+                    (
+                        format!("{path}.metrics[{i}].provider.prometheus.endpoint"),
+                        metric.endpoint(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Rule 12, where the operator's configuration is known (the webhook, `squall lint
+    /// --analysis-config`): each metric that names an endpoint not among `endpoints`.
+    pub fn unknown_endpoints(&self, endpoints: &[String]) -> Vec<FieldError> {
+        let configured = if endpoints.is_empty() {
+            "none".to_string()
+        } else {
+            endpoints.join(", ")
+        };
+        self.analysis_endpoints()
+            .into_iter()
+            .filter(|(_, name)| !endpoints.iter().any(|e| e == name))
+            .map(|(path, name)| FieldError {
+                path,
+                kind: ErrorKind::Invalid {
+                    value: format!("{name:?}"),
+                    detail: format!(
+                        "no such Prometheus endpoint is configured (configured: {configured}; \
+                         the operator's --analysis-config names them)"
+                    ),
+                },
+            })
+            .collect()
+    }
+
     /// Whether the spec is the same as `other`'s: byte for byte, or as JSON values.
     fn same_spec(&self, other: &View<'_>) -> bool {
         let (Some(a), Some(b)) = (self.object.spec, other.object.spec) else {

@@ -1,4 +1,4 @@
-//! `squall lint -f FILE`: the validating webhook's rules, offline.
+//! `squall lint -f FILE [--analysis-config FILE]`: the validating webhook's rules, offline.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::api::validation::{Report, validate_object};
+use crate::api::validation::{OwnedKind, Report, View, validate_object};
+use crate::controller::analysis::AnalysisConfig;
 
 /// Outcome of linting one document.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,23 +27,44 @@ pub struct Linted {
     pub outcome: Outcome,
 }
 
-/// Lints every document of a multi-document YAML stream.
-pub fn lint_yaml(yaml: &str) -> Result<Vec<Linted>, String> {
+/// Lints every document of a multi-document YAML stream; with the operator's analysis
+/// `endpoints`, analysis metrics must name one of them.
+pub fn lint_yaml(yaml: &str, endpoints: Option<&[String]>) -> Result<Vec<Linted>, String> {
     let documents: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| e.to_string())?;
     Ok(documents
         .iter()
         .filter(|doc| !doc.is_null())
         .map(|doc| Linted {
             object: describe(doc),
-            outcome: validate_object(doc, None).map_or(Outcome::Skipped, Outcome::Checked),
+            outcome: validate_object(doc, None).map_or(Outcome::Skipped, |mut report| {
+                if let Some(endpoints) = endpoints.filter(|_| report.is_valid())
+                    && let Some(kind) = OwnedKind::of(doc)
+                    && let Ok(json) = serde_json::to_string(doc)
+                    && let Some(view) = View::parse(kind, &json)
+                {
+                    report.errors.extend(view.unknown_endpoints(endpoints));
+                }
+                Outcome::Checked(report)
+            }),
         })
         .collect())
 }
 
-pub(super) fn run(files: &[PathBuf]) -> ExitCode {
+pub(super) fn run(files: &[PathBuf], analysis_config: Option<&Path>) -> ExitCode {
+    let endpoints: Option<Vec<String>> = match analysis_config.map(|path| {
+        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        AnalysisConfig::parse(&text).map_err(|e| e.to_string())
+    }) {
+        None => None,
+        Some(Ok(config)) => Some(config.prometheus.into_iter().map(|e| e.name).collect()),
+        Some(Err(e)) => {
+            eprintln!("--analysis-config: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut any_error = false;
     for file in files {
-        let linted = match read(file).and_then(|yaml| lint_yaml(&yaml)) {
+        let linted = match read(file).and_then(|yaml| lint_yaml(&yaml, endpoints.as_deref())) {
             Ok(linted) => linted,
             Err(e) => {
                 eprintln!("{}: {e}", file.display());

@@ -35,6 +35,10 @@ enum Command {
         /// Manifest files (multi-document YAML); `-` reads standard input.
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<PathBuf>,
+        /// The operator's analysis configuration (`squall run --analysis-config`): analysis
+        /// metrics must name its endpoints.
+        #[arg(long)]
+        analysis_config: Option<PathBuf>,
     },
     /// Remove squall's finalizers, for uninstalls where the operator is gone.
     ///
@@ -56,7 +60,10 @@ impl Cli {
                 print!("{}", crate::crds_yaml());
                 ExitCode::SUCCESS
             }
-            Command::Lint { files } => lint::run(&files),
+            Command::Lint {
+                files,
+                analysis_config,
+            } => lint::run(&files, analysis_config.as_deref()),
             Command::Canary(command) => canary::run(command),
             Command::Cleanup(args) => cleanup::run(&args),
             Command::Adopt(args) => adopt::run(&args),

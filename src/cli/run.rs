@@ -367,7 +367,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let webhooks = tokio::spawn(server::serve_tls(
         webhook_listener,
         server::tls_config(resolver),
-        server::webhook_router(metrics.clone(), crds_rx.clone()),
+        server::webhook_router(metrics.clone(), crds_rx.clone(), providers.names().into()),
         shutdown_rx.clone(),
     ));
     let readiness = Readiness {

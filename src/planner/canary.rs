@@ -1172,4 +1172,299 @@ mod tests {
         )));
         assert!(!needs_stable_revision(&with(None, None)));
     }
+
+    mod analysis_steps {
+        use super::*;
+        use crate::api::analysis::{
+            AnalysisMetric, MeasurementPhase, MetricProvider, PrometheusMetric,
+        };
+        use crate::planner::analysis::Due;
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+        /// 50% → analysis (error rate, 2 measurements 10 s apart) → 100%.
+        const STEPS: &[Step] = &[Step::Weight(50), Step::Analysis, Step::Weight(100)];
+
+        fn analysis(count: i32) -> Analysis {
+            Analysis {
+                metrics: vec![AnalysisMetric {
+                    name: "error-rate".into(),
+                    provider: MetricProvider {
+                        prometheus: Some(PrometheusMetric {
+                            endpoint: None,
+                            query: "errors".into(),
+                        }),
+                    },
+                    success_condition: Some("result < 0.05".into()),
+                    failure_condition: Some("result >= 0.1".into()),
+                    interval: Some(IntOrString::Int(10)),
+                    count: Some(count),
+                    ..AnalysisMetric::default()
+                }],
+            }
+        }
+
+        fn spec_steps() -> Vec<CanaryStep> {
+            vec![
+                CanaryStep {
+                    set_weight: Some(50),
+                    ..CanaryStep::default()
+                },
+                CanaryStep {
+                    analysis: Some(analysis(2)),
+                    ..CanaryStep::default()
+                },
+            ]
+        }
+
+        fn pass<'a>(
+            spec: &'a [CanaryStep],
+            background: Option<&'a Analysis>,
+            previous: Option<&'a CanaryStatus>,
+            now: i64,
+            measured: &'a [Measured],
+        ) -> CanaryDecision {
+            step(&CanaryInput {
+                steps: if background.is_some() {
+                    BACKGROUND_STEPS
+                } else {
+                    STEPS
+                },
+                spec_steps: spec,
+                background,
+                measured,
+                // A background analysis is judged while the 50% is still rolling out.
+                ..input(previous, now, background.is_none())
+            })
+        }
+
+        /// 50% → 100%, judged by a background analysis.
+        const BACKGROUND_STEPS: &[Step] = &[Step::Weight(50), Step::Weight(100)];
+
+        /// What the controller would measure for `status` at `now`, answered with `value`.
+        fn measure(
+            spec: &[CanaryStep],
+            background: Option<&Analysis>,
+            status: &CanaryStatus,
+            now: i64,
+            value: Result<f64, String>,
+        ) -> Vec<Measured> {
+            due(spec, background, Some(status), false, now)
+                .into_iter()
+                .map(|due| Measured {
+                    due,
+                    value: value.clone(),
+                })
+                .collect()
+        }
+
+        /// A canary whose analysis step was entered at 100.
+        fn analysing(spec: &[CanaryStep]) -> CanaryStatus {
+            let entered = pass(spec, None, None, 100, &[]);
+            assert_eq!(
+                reasons(&entered),
+                [
+                    ("CanaryStarted", "user"),
+                    ("CanaryAnalysisStarted", "watch")
+                ],
+                "the ready 50% opens the analysis step"
+            );
+            assert_eq!(entered.weight, 50);
+            assert_eq!(
+                entered.requeue_after,
+                Some(1),
+                "first measurement due at once"
+            );
+            entered.status.unwrap()
+        }
+
+        #[test]
+        fn a_passing_analysis_moves_on_by_analysis_after_its_count() {
+            let spec = spec_steps();
+            let status = analysing(&spec);
+            let first = measure(&spec, None, &status, 101, Ok(0.01));
+            assert_eq!(
+                first.iter().map(|m| m.due).collect::<Vec<_>>(),
+                [Due {
+                    subject: Subject::Step(1),
+                    metric: 0
+                }]
+            );
+            let once = pass(&spec, None, Some(&status), 101, &first);
+            assert!(once.transitions.is_empty());
+            assert_eq!(once.requeue_after, Some(10));
+            let once = once.status.unwrap();
+            assert!(
+                measure(&spec, None, &once, 110, Ok(0.01)).is_empty(),
+                "the next is due 10 s after the first, not before: a restart repeats nothing"
+            );
+            let twice = measure(&spec, None, &once, 111, Ok(0.02));
+            let done = pass(&spec, None, Some(&once), 111, &twice);
+            assert_eq!(
+                reasons(&done),
+                [
+                    ("CanaryAnalysisPassed", "analysis"),
+                    ("CanaryStepStarted", "analysis")
+                ]
+            );
+            assert_eq!(done.weight, 100);
+            let metric = &done
+                .status
+                .as_ref()
+                .unwrap()
+                .analysis
+                .as_ref()
+                .unwrap()
+                .metrics[0];
+            let numbers: Vec<(i32, Option<&str>)> = metric
+                .measurements
+                .iter()
+                .map(|m| (m.number, m.value.as_deref()))
+                .collect();
+            assert_eq!(numbers, [(1, Some("0.01")), (2, Some("0.02"))]);
+        }
+
+        #[test]
+        fn a_failing_measurement_aborts_naming_the_metric_and_value() {
+            let spec = spec_steps();
+            let status = analysing(&spec);
+            let bad = measure(&spec, None, &status, 101, Ok(0.25));
+            let aborted = pass(&spec, None, Some(&status), 101, &bad);
+            assert_eq!(reasons(&aborted), [("CanaryAnalysisFailed", "analysis")]);
+            assert!(aborted.aborting);
+            assert_eq!(aborted.weight, 0);
+            let stored = aborted.status.unwrap();
+            assert_eq!(stored.phase, Some(CanaryPhase::Aborted));
+            let message = stored.message.clone().unwrap();
+            assert!(
+                message.contains("error-rate") && message.contains("0.25"),
+                "{message}"
+            );
+            assert!(
+                due(&spec, None, Some(&stored), false, 200).is_empty(),
+                "nothing is measured once aborted"
+            );
+        }
+
+        #[test]
+        fn an_inconclusive_analysis_waits_for_promote_or_abort() {
+            let spec = spec_steps();
+            let status = analysing(&spec);
+            let none = measure(&spec, None, &status, 101, Err("connection refused".into()));
+            let held = pass(&spec, None, Some(&status), 101, &none);
+            assert_eq!(reasons(&held), [("CanaryAnalysisInconclusive", "analysis")]);
+            assert_eq!(held.weight, 50);
+            let held = held.status.unwrap();
+            assert_eq!(held.phase, Some(CanaryPhase::Paused));
+            assert!(has_gate(&held, PauseReason::CanaryAnalysisInconclusive));
+            assert_eq!(
+                held.analysis.as_ref().unwrap().metrics[0].measurements[0].phase,
+                MeasurementPhase::Inconclusive
+            );
+            let still = pass(&spec, None, Some(&held), 500, &[]);
+            assert!(still.transitions.is_empty(), "waits without a deadline");
+            assert!(due(&spec, None, Some(&held), false, 500).is_empty());
+
+            let promoted = pass(&spec, None, Some(&promote(&held)), 501, &[]);
+            assert_eq!(
+                reasons(&promoted),
+                [
+                    ("CanaryAnalysisPassed", "user"),
+                    ("CanaryStepStarted", "user")
+                ]
+            );
+            assert_eq!(promoted.weight, 100);
+
+            let abort = CanaryStatus {
+                abort: Some(true),
+                ..held
+            };
+            let aborted = pass(&spec, None, Some(&abort), 501, &[]);
+            assert_eq!(reasons(&aborted), [("CanaryAborted", "user")]);
+            assert!(aborted.aborting);
+        }
+
+        #[test]
+        fn a_background_analysis_aborts_wherever_the_canary_is() {
+            // No analysis step: the background analysis judges the whole canary.
+            let spec = vec![CanaryStep {
+                set_weight: Some(50),
+                ..CanaryStep::default()
+            }];
+            let mut background = analysis(2);
+            background.metrics[0].count = None; // as long as the canary lasts
+            let started = pass(&spec, Some(&background), None, 100, &[]);
+            let status = started.status.unwrap();
+            assert_eq!(
+                status.background_analysis.as_ref().map(|a| a.step),
+                Some(None)
+            );
+            let good = measure(&spec, Some(&background), &status, 100, Ok(0.01));
+            assert_eq!(good.len(), 1);
+            let on = pass(&spec, Some(&background), Some(&status), 100, &good);
+            assert!(!on.aborting);
+            let on = on.status.unwrap();
+            let bad = measure(&spec, Some(&background), &on, 110, Ok(0.5));
+            let aborted = pass(&spec, Some(&background), Some(&on), 110, &bad);
+            assert_eq!(reasons(&aborted), [("CanaryAnalysisFailed", "analysis")]);
+            assert!(aborted.aborting);
+            let message = aborted.status.unwrap().message.unwrap();
+            assert!(
+                message.starts_with("background analysis failed"),
+                "{message}"
+            );
+        }
+
+        #[test]
+        fn an_inconclusive_background_analysis_holds_the_canary_until_promoted() {
+            let spec = vec![CanaryStep {
+                set_weight: Some(50),
+                ..CanaryStep::default()
+            }];
+            let mut background = analysis(5);
+            background.metrics[0].inconclusive_limit = Some(0);
+            let started = pass(&spec, Some(&background), None, 100, &[])
+                .status
+                .unwrap();
+            assert_eq!(started.current_step, 0, "the 50% is not Ready yet");
+            let none = measure(
+                &spec,
+                Some(&background),
+                &started,
+                100,
+                Err("timeout".into()),
+            );
+            let held = step(&CanaryInput {
+                steps: BACKGROUND_STEPS,
+                spec_steps: &spec,
+                background: Some(&background),
+                measured: &none,
+                ..input(Some(&started), 100, true)
+            });
+            assert_eq!(reasons(&held), [("CanaryAnalysisInconclusive", "analysis")]);
+            assert_eq!(
+                held.weight, 50,
+                "held at its step although the target is ready"
+            );
+            let held = held.status.unwrap();
+            assert_eq!(held.current_step, 0);
+            let resumed = pass(&spec, Some(&background), Some(&promote(&held)), 120, &[]);
+            assert_eq!(
+                reasons(&resumed)[0],
+                ("CanaryResumed", "user"),
+                "the background analysis runs on after a promote"
+            );
+            let resumed = resumed.status.unwrap();
+            let state = resumed.background_analysis.as_ref().unwrap();
+            assert_eq!(state.phase, AnalysisPhase::Running);
+            assert_eq!(state.metrics[0].inconclusive, 0);
+            assert_eq!(state.metrics[0].measured, 1, "the history is kept");
+        }
+
+        #[test]
+        fn nothing_is_measured_while_the_service_is_paused() {
+            let spec = spec_steps();
+            let status = analysing(&spec);
+            assert!(due(&spec, None, Some(&status), true, 500).is_empty());
+        }
+    }
 }

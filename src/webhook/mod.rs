@@ -167,6 +167,33 @@ impl Decision {
 
     /// Warns, when the object is allowed, of each gang strategy whose scheduler's PodGroup
     /// CRD the cluster is known not to serve: its pods will run without the gang guarantee.
+    /// What the cluster adds to validation: analysis endpoints that are not configured are
+    /// denied, gang strategies whose PodGroup CRD is missing are warned about.
+    fn check_cluster(&mut self, view: &View<'_>, cluster: Cluster<'_>) {
+        self.deny_unknown_endpoints(view, cluster.endpoints);
+        self.say_missing_crds(view, cluster.crds);
+    }
+
+    fn deny_unknown_endpoints(&mut self, view: &View<'_>, endpoints: Option<&[String]>) {
+        let Some(endpoints) = endpoints.filter(|_| self.denial.is_none()) else {
+            return;
+        };
+        let unknown: Vec<String> = view
+            .unknown_endpoints(endpoints)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if !unknown.is_empty() {
+            *self = Decision {
+                denial: Some(Denial {
+                    message: unknown.join("; "),
+                    invalid: true,
+                }),
+                ..Decision::default()
+            };
+        }
+    }
+
     fn say_missing_crds(&mut self, view: &View<'_>, crds: PodGroupCrds) {
         if self.denial.is_some() || !crds.lacks_any() {
             return;
@@ -376,20 +403,31 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for MapOnly<T> {
     }
 }
 
-/// Answers one AdmissionReview body for `hook`, knowing nothing of the cluster.
-pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
-    review_knowing(hook, body, PodGroupCrds::Unknown)
+/// What the webhooks know of the cluster beyond the object under review.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cluster<'a> {
+    /// The PodGroup CRDs the cluster serves: an allowed object whose gang scheduler's CRD
+    /// is missing is warned about.
+    pub crds: PodGroupCrds,
+    /// The analysis endpoints the operator is configured with (`None`: not known, as in
+    /// `squall lint`): a metric naming another is denied.
+    pub endpoints: Option<&'a [String]>,
 }
 
-/// Answers one AdmissionReview body for `hook`, where the cluster serves the PodGroup CRDs
-/// `crds` says: an allowed object whose gang scheduler's CRD is missing is warned about.
-pub fn review_knowing(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answer, BadRequest> {
-    review_in_one_pass(hook, body, crds).map_or_else(|| review_in_general(hook, body, crds), Ok)
+/// Answers one AdmissionReview body for `hook`, knowing nothing of the cluster.
+pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
+    review_knowing(hook, body, Cluster::default())
+}
+
+/// Answers one AdmissionReview body for `hook`, knowing what `cluster` says.
+pub fn review_knowing(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<Answer, BadRequest> {
+    review_in_one_pass(hook, body, cluster)
+        .map_or_else(|| review_in_general(hook, body, cluster), Ok)
 }
 
 /// [`review`] of any body: the review read first with its objects as JSON, which are then
 /// read for the rules.
-fn review_in_general(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answer, BadRequest> {
+fn review_in_general(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<Answer, BadRequest> {
     let review: ReviewView<'_, ObjectJson<'_>> =
         serde_json::from_slice(body).map_err(|e| BadRequest::NotAdmissionReview(e.to_string()))?;
     if review.kind != "AdmissionReview" || review.api_version != "admission.k8s.io/v1" {
@@ -409,7 +447,7 @@ fn review_in_general(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answ
         namespace = request.namespace.as_deref().unwrap_or_default(),
         name = %request.name,
     );
-    let decision = span.in_scope(|| decide(hook, &request, crds));
+    let decision = span.in_scope(|| decide(hook, &request, cluster));
     Ok(answer(hook, body.len(), decision, &request))
 }
 
@@ -419,7 +457,7 @@ fn review_in_general(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Result<Answ
 /// runtime-sidecar annotation — which the general path of [`review`] answers; where this
 /// answers, it answers as that path would (the pinned admission answers and a property test
 /// hold both to it).
-fn review_in_one_pass(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Option<Answer> {
+fn review_in_one_pass(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answer> {
     use crate::api::view::{ObjectView, RoleSetView, StormServiceView};
     /// The sidecar annotation's name without its '/', which JSON may write escaped.
     static SIDECAR: LazyLock<memmem::Finder<'static>> =
@@ -434,17 +472,17 @@ fn review_in_one_pass(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Option<Ans
         }
     } else if names_stored_object(body.as_bytes()) {
         // An update: the rules compare the spec's JSON with the stored object's.
-        return in_one_pass(hook, body, crds, |o: MapOnly<ObjectView<'_>>| {
+        return in_one_pass(hook, body, cluster, |o: MapOnly<ObjectView<'_>>| {
             View::of_object(kind, o.0)
         });
     }
     match kind {
         OwnedKind::StormService => {
-            in_one_pass(hook, body, crds, |o: MapOnly<StormServiceView<'_>>| {
+            in_one_pass(hook, body, cluster, |o: MapOnly<StormServiceView<'_>>| {
                 View::of_stormservice(o.0)
             })
         }
-        OwnedKind::RoleSet => in_one_pass(hook, body, crds, |o: MapOnly<RoleSetView<'_>>| {
+        OwnedKind::RoleSet => in_one_pass(hook, body, cluster, |o: MapOnly<RoleSetView<'_>>| {
             View::of_roleset(o.0)
         }),
         OwnedKind::PodSet => None,
@@ -455,7 +493,7 @@ fn review_in_one_pass(hook: Hook, body: &[u8], crds: PodGroupCrds) -> Option<Ans
 fn in_one_pass<'a, O: Deserialize<'a>>(
     hook: Hook,
     body: &'a str,
-    crds: PodGroupCrds,
+    cluster: Cluster<'_>,
     view: impl FnOnce(O) -> Option<View<'a>>,
 ) -> Option<Answer> {
     let review: ReviewView<'a, O> = serde_json::from_str(body).ok()?;
@@ -480,7 +518,7 @@ fn in_one_pass<'a, O: Deserialize<'a>>(
             return None; // read without the spec's JSON, which an update compares
         }
         let mut decision = Decision::from(validate_view(hook.owned_kind(), &view, old));
-        decision.say_missing_crds(&view, crds);
+        decision.check_cluster(&view, cluster);
         decision
     };
     Some(answer(hook, body.len(), decision, &request))
@@ -543,7 +581,7 @@ fn answer<O>(
 /// and the defaults of a full role list fit with room to spare.
 pub const PATCH_HEADROOM: usize = 64 << 10;
 
-fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>, crds: PodGroupCrds) -> Decision {
+fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>, cluster: Cluster<'_>) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::default();
     }
@@ -579,11 +617,11 @@ fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>, crds: PodGroupCrds)
         let old = req.old_object.as_ref().map(|o| o.0.get());
         let json = object.0.get();
         let mut decision = Decision::from(validate_json(kind, json, old));
-        if crds.lacks_any()
-            && json.contains("SchedulingStrategy")
-            && let Some(view) = View::parse_once(kind, json)
-        {
-            decision.say_missing_crds(&view, crds);
+        // The view is read again only when the cluster has something to say about it.
+        let concerned = cluster.crds.lacks_any() && json.contains("SchedulingStrategy")
+            || cluster.endpoints.is_some() && json.contains("analysis");
+        if concerned && let Some(view) = View::parse_once(kind, json) {
+            decision.check_cluster(&view, cluster);
         }
         decision
     }
@@ -815,7 +853,11 @@ mod tests {
         let warnings = |operation: &str, crds: PodGroupCrds| {
             let old = (operation == "UPDATE").then(|| object.clone());
             let body = review_body(Hook::ValidateRoleSet, operation, object.clone(), old);
-            let answer = review_knowing(Hook::ValidateRoleSet, &body, crds).unwrap();
+            let cluster = Cluster {
+                crds,
+                endpoints: None,
+            };
+            let answer = review_knowing(Hook::ValidateRoleSet, &body, cluster).unwrap();
             assert_eq!(answer.verdict, Verdict::Allowed);
             let review: Value = serde_json::from_slice(&answer.json).unwrap();
             review["response"]["warnings"]
@@ -841,7 +883,11 @@ mod tests {
         }
         // Only the validating webhook says it (once per apply).
         let body = review_body(Hook::MutateRoleSet, "CREATE", object.clone(), None);
-        let answer = review_knowing(Hook::MutateRoleSet, &body, PodGroupCrds::known([])).unwrap();
+        let cluster = Cluster {
+            crds: PodGroupCrds::known([]),
+            endpoints: None,
+        };
+        let answer = review_knowing(Hook::MutateRoleSet, &body, cluster).unwrap();
         let review: Value = serde_json::from_slice(&answer.json).unwrap();
         assert!(review["response"]["warnings"].is_null(), "{review}");
     }
@@ -917,6 +963,57 @@ mod tests {
                                      "spec": {"roles": [{"name": "prefill"}]}}}})
     }
 
+    /// A metric naming an endpoint the operator is not configured with is denied with its
+    /// field path, on both readings of a review; lint (endpoints unknown) says nothing.
+    #[test]
+    fn an_analysis_endpoint_must_be_configured() {
+        let mut object = stormservice(json!({}));
+        object["spec"]["updateStrategy"] = json!({"canary": {"steps": [
+            {"setWeight": 50},
+            {"analysis": {"metrics": [
+                {"name": "errors", "provider": {"prometheus": {"query": "up"}},
+                 "successCondition": "result < 1"},
+                {"name": "ttft", "provider": {"prometheus": {"endpoint": "staging", "query": "up"}},
+                 "successCondition": "result < 1"}
+            ]}}
+        ]}});
+        let verdict = |operation: &str, endpoints: Option<&[String]>| {
+            let old = (operation == "UPDATE").then(|| object.clone());
+            let body = review_body(Hook::ValidateStormService, operation, object.clone(), old);
+            let cluster = Cluster {
+                endpoints,
+                ..Cluster::default()
+            };
+            let answer = review_knowing(Hook::ValidateStormService, &body, cluster).unwrap();
+            let review: Value = serde_json::from_slice(&answer.json).unwrap();
+            (
+                answer.verdict,
+                review["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
+        let both = ["default".to_string(), "staging".to_string()];
+        for operation in ["CREATE", "UPDATE"] {
+            assert_eq!(verdict(operation, None).0, Verdict::Allowed, "{operation}");
+            assert_eq!(
+                verdict(operation, Some(&both)).0,
+                Verdict::Allowed,
+                "{operation}"
+            );
+            let (denied, message) = verdict(operation, Some(&both[..1]));
+            assert_eq!(denied, Verdict::Denied, "{operation}");
+            assert!(
+                message.starts_with(
+                    "spec.updateStrategy.canary.steps[1].analysis.metrics[1].provider.prometheus.endpoint: \
+                     Invalid value: \"staging\": no such Prometheus endpoint is configured (configured: default;"
+                ),
+                "{operation}: {message}"
+            );
+        }
+    }
+
     /// Which ordinary reviews the one-pass reading answers (and so which ones the property
     /// test in `oracle` compares with the general path), and which it leaves to that path.
     #[test]
@@ -944,8 +1041,8 @@ mod tests {
         for (hook, operation, object, old) in one_pass {
             let body = review_body(hook, operation, object.clone(), old);
             let answer =
-                review_in_one_pass(hook, &body, PodGroupCrds::Unknown).expect("read in one pass");
-            let general = review_in_general(hook, &body, PodGroupCrds::Unknown).unwrap();
+                review_in_one_pass(hook, &body, Cluster::default()).expect("read in one pass");
+            let general = review_in_general(hook, &body, Cluster::default()).unwrap();
             assert_eq!(answer.json, general.json, "{hook:?} {operation}");
         }
         let sidecar = stormservice(json!({ANNOTATION_SIDECAR_INJECTION: "true"}));
@@ -964,7 +1061,7 @@ mod tests {
         for (hook, operation, object, old) in general {
             let body = review_body(hook, operation, object, old);
             assert!(
-                review_in_one_pass(hook, &body, PodGroupCrds::Unknown).is_none(),
+                review_in_one_pass(hook, &body, Cluster::default()).is_none(),
                 "{hook:?} {operation}"
             );
         }

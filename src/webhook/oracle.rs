@@ -503,6 +503,7 @@ mod tests {
             crds in podgroup_crds(),
         ) {
             let old = update.then(|| stored.unwrap_or_else(|| object.clone()));
+            let crds = crate::webhook::Cluster { crds, endpoints: None };
             for hook in hooks_of(&object) {
                 let body = review_of(hook, update, &object, old.clone());
                 let general = crate::webhook::review_in_general(hook, &body, crds).unwrap();
