@@ -464,6 +464,107 @@ fn optional_parts_switch_on_and_off() {
 // kind-compatible: no kubelet emulation, no process control, no loopback operator
 #[test]
 #[ignore = "needs helm from hack/build-tools.sh (make test)"]
+fn analysis_endpoints_become_the_operators_configuration() {
+    let values = [
+        "analysis.prometheus[0].name=default",
+        "analysis.prometheus[0].address=http://127.0.0.1:9090",
+        "analysis.prometheus[0].timeout=5s",
+        "analysis.prometheus[0].bearerTokenSecret.name=prometheus-token",
+        "analysis.prometheus[0].bearerTokenSecret.key=token",
+        "analysis.prometheus[1].name=secure",
+        "analysis.prometheus[1].address=https://127.0.0.1:9091/prometheus",
+        "analysis.prometheus[1].caBundle=PEM",
+    ];
+    let out = lint(&values);
+    assert!(out.success, "helm lint: {}{}", out.stdout, out.stderr);
+    let docs = template(&values).expect("helm template");
+    common(&docs);
+    let config_map = of_kind(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "squall-analysis")
+        .expect("the analysis ConfigMap");
+    // What the operator reads is what `squall run --analysis-config` accepts.
+    let config = squall::controller::analysis::AnalysisConfig::parse(
+        config_map["data"]["config.yaml"].as_str().unwrap(),
+    )
+    .expect("the rendered configuration parses");
+    let names: Vec<&str> = config.prometheus.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["default", "secure"]);
+    assert_eq!(config.prometheus[0].timeout.as_deref(), Some("5s"));
+    assert_eq!(
+        config.prometheus[1].ca_file.as_deref(),
+        Some("/etc/squall/analysis/secure-ca.crt")
+    );
+    assert_eq!(config_map["data"]["secure-ca.crt"], "PEM\n");
+    assert!(has_arg(
+        &docs,
+        "--analysis-config=/etc/squall/analysis/config.yaml"
+    ));
+    let pod = &one(&docs, "Deployment")["spec"]["template"];
+    assert!(
+        pod["metadata"]["annotations"]["checksum/analysis"].is_string(),
+        "a configuration change rolls the pods"
+    );
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "analysis")
+        .expect("the analysis volume");
+    assert_eq!(volume["configMap"]["name"], "squall-analysis");
+    let mount = container(&docs)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "analysis")
+        .expect("the analysis mount");
+    assert_eq!(mount["mountPath"], "/etc/squall/analysis");
+    // The bearer token's Secret, by name, read-only, in the operator's namespace only.
+    let token_rules: Vec<(String, Value)> = of_kind(&docs, "Role")
+        .into_iter()
+        .chain(of_kind(&docs, "ClusterRole"))
+        .flat_map(|role| {
+            let at = format!(
+                "{} {}",
+                role["kind"].as_str().unwrap(),
+                role["metadata"]["namespace"].as_str().unwrap_or("")
+            );
+            role["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| {
+                    r["resourceNames"]
+                        .as_array()
+                        .is_some_and(|n| n.contains(&json!("prometheus-token")))
+                })
+                .map(move |r| (at.clone(), r.clone()))
+        })
+        .collect();
+    assert_eq!(token_rules.len(), 1, "{token_rules:?}");
+    assert_eq!(token_rules[0].0, "Role squall-system");
+    assert_eq!(token_rules[0].1["verbs"], json!(["get"]));
+    assert_eq!(
+        token_rules[0].1["resourceNames"],
+        json!(["prometheus-token"])
+    );
+
+    let plain = template(&[]).expect("helm template");
+    assert!(
+        of_kind(&plain, "ConfigMap")
+            .iter()
+            .all(|c| c["metadata"]["name"] != "squall-analysis")
+    );
+    assert!(
+        !args(&plain)
+            .iter()
+            .any(|a| a.starts_with("--analysis-config"))
+    );
+}
+
+// kind-compatible: no kubelet emulation, no process control, no loopback operator
+#[test]
+#[ignore = "needs helm from hack/build-tools.sh (make test)"]
 fn bad_values_are_refused_naming_the_field() {
     for (value, field) in [
         ("webhook.failurePolicy=Sometimes", "/webhook/failurePolicy"),
