@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubectl, etcd, kwok) and helm from the committed Go tools modules in hack/tools/ into a
-# cache directory outside the repository. Idempotent: a binary whose version already
+# cache directory outside the repository, and unpacks Debian's Prometheus (for the canary
+# analysis tests) beside them. Idempotent: a binary whose version already
 # matches is not rebuilt. Prints progress and a per-phase timing table.
 #
 # Usage: hack/build-tools.sh            build what is missing, print the bin dir last
@@ -73,12 +74,31 @@ build_helm() {
   (cd "$ROOT/hack/tools/helm" && go build -ldflags "$ldf" -o "$SQUALL_TOOLS_BIN/helm" helm.sh/helm/v3/cmd/helm)
 }
 
+# Debian's package, unpacked (not installed: no service, no system change): `apt-get
+# download` fetches the pinned version, `dpkg -x` extracts its binary.
+install_prometheus() {
+  local want=${PROMETHEUS_DEB_VERSION%%+*}
+  if has_version prometheus "version $want" --version; then echo "    up to date"; return; fi
+  command -v apt-get >/dev/null || { echo "build-tools: Prometheus needs apt-get (Debian)" >&2; return 1; }
+  local work
+  work=$(mktemp -d)
+  if ! (cd "$work" && apt-get download -q -o APT::Sandbox::User=root "prometheus=$PROMETHEUS_DEB_VERSION"); then
+    echo "    package lists are stale: apt-get update, then again"
+    apt-get update -q >/dev/null
+    (cd "$work" && apt-get download -q -o APT::Sandbox::User=root "prometheus=$PROMETHEUS_DEB_VERSION")
+  fi
+  dpkg -x "$work"/prometheus_*.deb "$work/root"
+  install -m 0755 "$work/root/usr/bin/prometheus" "$SQUALL_TOOLS_BIN/prometheus"
+  rm -rf "$work"
+}
+
 echo "build-tools: $(go version); binaries in $SQUALL_TOOLS_BIN"
 total_start=$SECONDS
 phase "kubernetes v$K8S_VERSION" build_kubernetes
 phase "etcd $ETCD_VERSION" build_etcd
 phase "kwok $KWOK_VERSION" build_kwok
 phase "helm $HELM_VERSION" build_helm
+phase "prometheus $PROMETHEUS_DEB_VERSION" install_prometheus
 
 echo "==> versions"
 "$SQUALL_TOOLS_BIN/kube-apiserver" --version
@@ -86,6 +106,7 @@ echo "==> versions"
 "$SQUALL_TOOLS_BIN/etcd" --version | sed -n 1p
 "$SQUALL_TOOLS_BIN/kwok" --version | sed -n 1p
 "$SQUALL_TOOLS_BIN/helm" version --short
+"$SQUALL_TOOLS_BIN/prometheus" --version 2>&1 | sed -n 1p
 
 echo "==> tools build timing"
 printf '  %s\n' "${PHASES[@]}"

@@ -7,7 +7,8 @@
 //! - [`Recorder`]: every observed state of a kind, in order, for asserting order and budgets;
 //! - [`kubelet`]: what kwok does not emulate (in-place image updates, failures);
 //! - [`operator`]: `squall run --local` instances for tests;
-//! - [`network`]: TLS probes and the loopback-only connection check.
+//! - [`network`]: TLS probes and the loopback-only connection check;
+//! - [`prometheus`]: a real Prometheus and the exporter it scrapes, for canary analysis.
 //!
 //! Cluster tests are `#[ignore]`d so a plain `cargo test` skips them; `make test` runs them
 //! with `--include-ignored` against the local control plane.
@@ -19,6 +20,7 @@ pub mod helm;
 pub mod kubelet;
 pub mod network;
 pub mod operator;
+pub mod prometheus;
 mod recorder;
 pub mod roles;
 mod shared;

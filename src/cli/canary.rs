@@ -270,11 +270,11 @@ async fn promote(target: &Target, full: bool) -> anyhow::Result<ExitCode> {
             eprintln!("{}: no canary in progress; nothing to promote", target.name);
             return Ok(ExitCode::from(NOTHING_TO_DO));
         };
+        // A pause step's gate, or an inconclusive analysis's: promote opens either.
         let gate = canary
             .pause_conditions
-            .iter()
-            .flatten()
-            .any(|c| c.reason == PauseReason::CanaryPauseStep);
+            .as_ref()
+            .is_some_and(|g| !g.is_empty());
         if !full && !gate {
             eprintln!(
                 "{}: step {} has no open pause gate; nothing to promote (use --full to skip the remaining steps)",

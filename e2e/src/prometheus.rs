@@ -1,0 +1,280 @@
+//! A real Prometheus for the canary analysis tests, and the exporter it scrapes: both on
+//! loopback, both stopped when dropped.
+//!
+//! The exporter serves one gauge, `squall_e2e_metric{name, revision, role}`, whose values the
+//! test sets per revision and role — a stand-in for the model servers' own metrics (vLLM's
+//! error counters, time to first token), which pods on kwok do not serve. A value set for a
+//! (name, role) without a revision is served for every revision the exporter has been told
+//! of ([`Exporter::follow_revisions`]), so a test can set the canary's values before the
+//! canary's revision exists.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::operator::{cluster_dir, free_port, http_get};
+use crate::workspace_root;
+
+/// What the exporter serves.
+#[derive(Default)]
+struct Series {
+    /// Values by (metric name, revision, role).
+    by_revision: BTreeMap<(String, String, String), f64>,
+    /// Values by (metric name, role), for every known revision without its own.
+    by_default: BTreeMap<(String, String), f64>,
+    /// The revisions known.
+    revisions: std::collections::BTreeSet<String>,
+}
+
+/// An HTTP exporter on loopback serving `squall_e2e_metric` as the test sets it.
+pub struct Exporter {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    series: Arc<Mutex<Series>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exporter {
+    /// Starts serving (no series yet).
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let addr = listener.local_addr().unwrap();
+        let series: Arc<Mutex<Series>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (series, stop) = (series.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((mut stream, _)) => {
+                            let _ = stream.set_nonblocking(false);
+                            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                            let mut request = [0u8; 4096];
+                            let _ = stream.read(&mut request);
+                            let body = exposition(&series.lock().unwrap());
+                            let _ = write!(
+                                stream,
+                                "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            })
+        };
+        Self {
+            addr,
+            series,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Sets `squall_e2e_metric{name, revision, role}` to `value`.
+    pub fn set(&self, name: &str, revision: &str, role: &str, value: f64) {
+        let mut series = self.series.lock().unwrap();
+        series.revisions.insert(revision.into());
+        series
+            .by_revision
+            .insert((name.into(), revision.into(), role.into()), value);
+    }
+
+    /// Sets `squall_e2e_metric{name, role}` to `value` for every revision without a value
+    /// of its own.
+    pub fn set_for_every_revision(&self, name: &str, role: &str, value: f64) {
+        self.series
+            .lock()
+            .unwrap()
+            .by_default
+            .insert((name.into(), role.into()), value);
+    }
+
+    /// Learns every ControllerRevision of `revisions` as it appears, until dropped.
+    pub fn follow_revisions(
+        &self,
+        revisions: kube::Api<k8s_openapi::api::apps::v1::ControllerRevision>,
+    ) -> tokio::task::JoinHandle<()> {
+        use futures::StreamExt;
+        let series = self.series.clone();
+        tokio::spawn(async move {
+            let events = kube::runtime::watcher(revisions, Default::default());
+            let mut events = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(events));
+            while let Some(event) = events.next().await {
+                if let Ok(revision) = event {
+                    let name = kube::ResourceExt::name_any(&revision);
+                    series.lock().unwrap().revisions.insert(name);
+                }
+            }
+        })
+    }
+}
+
+fn exposition(series: &Series) -> String {
+    let mut values = series.by_revision.clone();
+    for revision in &series.revisions {
+        for ((name, role), value) in &series.by_default {
+            values
+                .entry((name.clone(), revision.clone(), role.clone()))
+                .or_insert(*value);
+        }
+    }
+    let mut out = String::from("# TYPE squall_e2e_metric gauge\n");
+    for ((name, revision, role), value) in values {
+        out.push_str(&format!(
+            "squall_e2e_metric{{name=\"{name}\",revision=\"{revision}\",role=\"{role}\"}} {value}\n"
+        ));
+    }
+    out
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The prometheus binary `hack/build-tools.sh` unpacked (`SQUALL_PROMETHEUS` overrides).
+pub fn prometheus_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("SQUALL_PROMETHEUS") {
+        return path.into();
+    }
+    let out = Command::new(workspace_root().join("hack/build-tools.sh"))
+        .arg("--print-bin")
+        .output()
+        .expect("hack/build-tools.sh --print-bin");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("prometheus")
+}
+
+/// A Prometheus server on loopback scraping `targets` every second, with its data in a
+/// fresh folder; killed (and its folder removed) when dropped.
+pub struct Prometheus {
+    child: Child,
+    /// Where its HTTP API listens.
+    pub addr: SocketAddr,
+    dir: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl Prometheus {
+    /// Starts Prometheus and waits until it is ready and has scraped every target once.
+    pub fn start(name: &str, targets: &[SocketAddr]) -> Self {
+        let dir = cluster_dir().join(format!("prometheus-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).expect("prometheus folder");
+        std::fs::create_dir_all(cluster_dir().join("logs")).expect("logs folder");
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n- job_name: e2e\n  static_configs:\n  - targets: [{}]\n",
+            targets.join(", ")
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus.yml");
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = std::fs::File::create(cluster_dir().join(format!("logs/prometheus-{name}.log")))
+            .expect("prometheus log");
+        let child = Command::new(prometheus_bin())
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {}: {e} (run hack/build-tools.sh)",
+                    prometheus_bin().display()
+                )
+            });
+        let pid_file = cluster_dir().join(format!("prometheus-{name}.pid"));
+        std::fs::write(&pid_file, child.id().to_string()).expect("pid file");
+        let mut prometheus = Self {
+            child,
+            addr,
+            dir,
+            pid_file,
+        };
+        prometheus.wait_until("ready", Duration::from_secs(60), |p| {
+            matches!(http_get(p.addr, "/-/ready"), Ok((200, _)))
+        });
+        prometheus.wait_until("every target scraped", Duration::from_secs(60), |p| {
+            p.query("count(up == 1)") == Some(targets.len() as f64)
+        });
+        prometheus
+    }
+
+    fn wait_until(&mut self, what: &str, timeout: Duration, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done(self) {
+            if let Some(status) = self.child.try_wait().expect("prometheus status") {
+                panic!("prometheus exited with {status} before {what}; see its log");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus: not {what} after {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The one number an instant query gives, if it gives one.
+    pub fn query(&self, query: &str) -> Option<f64> {
+        let encoded: String = query
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let (status, body) = http_get(self.addr, &format!("/api/v1/query?query={encoded}")).ok()?;
+        if status != 200 {
+            return None;
+        }
+        let answer: serde_json::Value = serde_json::from_str(&body).ok()?;
+        answer["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// Waits until `query` gives `value` (Prometheus has scraped what the exporter serves).
+    pub fn wait_for_value(&mut self, query: &str, value: f64) {
+        self.wait_until(
+            &format!("{query} == {value}"),
+            Duration::from_secs(30),
+            |p| p.query(query) == Some(value),
+        );
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.pid_file);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,602 @@
+//! Canary analysis against a real Prometheus (docs/rollouts.md#canary-analysis): Prometheus
+//! (Debian's, unpacked by hack/build-tools.sh) scrapes an exporter whose values per revision
+//! and role the test sets, both on loopback; each test runs its own operator configured with
+//! that Prometheus as its analysis endpoint. A healthy canary passes two analysis steps; an
+//! unhealthy one aborts by itself at its analysis step, naming the metric and its value; an
+//! unreachable endpoint is inconclusive and holds the canary for a person; a pooled canary
+//! judged per role aborts when only decode is bad; an operator restart in the middle of an
+//! analysis neither repeats nor skips a measurement. Budgets are checked at every observed
+//! state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use e2e::operator::{Operator, cluster_dir, counter_sum, free_port, squall_bin};
+use e2e::prometheus::{Exporter, Prometheus};
+use e2e::roles::{assert_pod_budgets, assert_roleset_budgets, replay, stormservice};
+use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use squall::api::analysis::{AnalysisPhase, MeasurementPhase};
+use squall::api::{CanaryPhase, PauseReason, RoleSet, StormService};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Prometheus, its exporter, and an operator measuring with them.
+struct Analysis {
+    exporter: Exporter,
+    _prometheus: Prometheus,
+    operator: Option<Operator>,
+    /// The operator's `--analysis-config`.
+    config: PathBuf,
+    release: String,
+}
+
+impl Analysis {
+    /// Starts the exporter, a Prometheus scraping it (endpoint `default`), and an operator
+    /// with controllers; `down` adds an endpoint of that name on a loopback port nothing
+    /// listens on.
+    fn start(name: &str, down: Option<&str>) -> Self {
+        let exporter = Exporter::start();
+        let prometheus = Prometheus::start(name, &[exporter.addr]);
+        let mut config = format!(
+            "prometheus:\n- name: default\n  address: http://{}\n  timeout: 2s\n",
+            prometheus.addr
+        );
+        if let Some(down) = down {
+            config.push_str(&format!(
+                "- name: {down}\n  address: http://127.0.0.1:{}\n  timeout: 2s\n",
+                free_port()
+            ));
+        }
+        let path = cluster_dir().join(format!("analysis-{name}.yaml"));
+        std::fs::write(&path, config).expect("analysis config");
+        let release = format!("analysis-{name}");
+        let mut analysis = Self {
+            exporter,
+            _prometheus: prometheus,
+            operator: None,
+            config: path,
+            release,
+        };
+        analysis.start_operator();
+        analysis
+    }
+
+    fn start_operator(&mut self) {
+        let config = format!("--analysis-config={}", self.config.display());
+        self.operator = Some(Operator::start(
+            &self.release,
+            &["--controllers=true", &config],
+        ));
+    }
+
+    fn admin(&self) -> std::net::SocketAddr {
+        self.operator.as_ref().expect("running").admin_addr
+    }
+}
+
+/// A metric of `squall_e2e_metric{name}` for the canary revision (and `{{role}}` with a
+/// role): good below 0.05, bad from 0.1.
+fn metric(name: &str, role: Option<&str>, extra: Value) -> Value {
+    let role_match = if role.is_some() {
+        r#",role="{{role}}""#
+    } else {
+        ""
+    };
+    let mut metric = json!({
+        "name": name,
+        "provider": {"prometheus": {"query": format!(
+            r#"max(squall_e2e_metric{{name="{name}",revision="{{{{revision.canary}}}}"{role_match}}})"#
+        )}},
+        "successCondition": "result < 0.05",
+        "failureCondition": "result >= 0.1",
+        "initialDelay": "1s",
+    });
+    if let Some(role) = role {
+        metric["role"] = json!(role);
+    }
+    for (k, v) in extra.as_object().unwrap() {
+        metric[k] = v.clone();
+    }
+    metric
+}
+
+/// 4 RoleSets of one `decode` role; 25 % → analysis of the error rate (two measurements 2 s
+/// apart) → 50 % → analysis of the error rate and latency → 100 %.
+fn replica_service(name: &str, endpoint: Option<&str>) -> StormService {
+    let mut error_rate = metric("error-rate", None, json!({"count": 2, "interval": "2s"}));
+    if let Some(endpoint) = endpoint {
+        error_rate["provider"]["prometheus"]["endpoint"] = json!(endpoint);
+    }
+    let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+    "canary": {"steps": [
+        {"setWeight": 25},
+        {"analysis": {"metrics": [error_rate]}},
+        {"setWeight": 50},
+        {"analysis": {"metrics": [
+            metric("error-rate", None, json!({})),
+            metric("latency", None, json!({"successCondition": "result < 0.5",
+                                            "failureCondition": "result >= 1"})),
+        ]}},
+        {"setWeight": 100},
+    ]}});
+    stormservice(name, 4, strategy, &[("decode", 1)])
+}
+
+async fn create_ready(api: &Api<StormService>, ss: StormService) -> String {
+    let name = ss.metadata.name.clone().unwrap();
+    let replicas = ss.spec.replicas_or_default();
+    api.create(&PostParams::default(), &ss).await.unwrap();
+    let ready = wait_for(api, &name, "Ready on one revision", TIMEOUT, |ss| {
+        ss.and_then(|s| s.status.as_ref()).is_some_and(|s| {
+            s.ready_replicas == replicas && s.current_revision == s.update_revision
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    ready.status.unwrap().current_revision.unwrap()
+}
+
+async fn set_images(api: &Api<StormService>, name: &str, roles: &[usize], image: &str) {
+    let ops: Vec<Value> = roles
+        .iter()
+        .map(|i| {
+            json!({"op": "replace",
+                "path": format!("/spec/template/spec/roles/{i}/template/spec/containers/0/image"),
+                "value": image})
+        })
+        .collect();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!(ops)).unwrap()),
+    )
+    .await
+    .unwrap();
+}
+
+fn canary(ss: Option<&StormService>) -> Option<&squall::api::CanaryStatus> {
+    ss?.status.as_ref()?.canary_status.as_ref()
+}
+
+fn condition<'a>(ss: &'a StormService, type_: &str) -> Option<&'a squall::api::Condition> {
+    ss.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+}
+
+/// The canary's events: (reason, note).
+async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Canary")))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+fn squall(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(squall_bin())
+        .args(args)
+        .output()
+        .expect("squall runs");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and Prometheus from hack/build-tools.sh (make test); runs its own operator"]
+async fn a_healthy_canary_completes_through_two_analysis_steps_and_a_bad_one_aborts_by_itself() {
+    install_crds();
+    let client = client().await;
+    let setup = Analysis::start("verdicts", None);
+    let ns = TestNamespace::create(&client, "analysis").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let _revisions = setup
+        .exporter
+        .follow_revisions(Api::namespaced(client.clone(), ns.name()));
+    // Healthy until the test says otherwise: the error rate is 1 %, latency 0.2 s.
+    setup
+        .exporter
+        .set_for_every_revision("error-rate", "", 0.01);
+    setup.exporter.set_for_every_revision("latency", "", 0.2);
+
+    let recorder = Recorder::start(rolesets.clone()).await;
+    let stable = create_ready(&api, replica_service("good", None)).await;
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+    set_images(&api, "good", &[0], "engine:2").await;
+    let done = wait_for(&api, "good", "the canary completed", TIMEOUT, |ss| {
+        canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Completed))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let last = canary(Some(&done)).unwrap().analysis.as_ref().unwrap();
+    assert_eq!(last.step, Some(3), "the last analysis was step 3's");
+    assert_eq!(last.phase, AnalysisPhase::Successful);
+    let names: Vec<&str> = last.metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["error-rate", "latency"]);
+    for metric in &last.metrics {
+        let taken = &metric.measurements[0];
+        assert_eq!(
+            (taken.number, taken.phase),
+            (1, MeasurementPhase::Successful),
+            "{}",
+            metric.name
+        );
+    }
+    assert_eq!(
+        last.metrics[1].measurements[0].value.as_deref(),
+        Some("0.2")
+    );
+    let recorded = events(&client, ns.name()).await;
+    let passed: Vec<&String> = recorded
+        .iter()
+        .filter(|(r, _)| r == "CanaryAnalysisPassed")
+        .map(|(_, note)| note)
+        .collect();
+    assert_eq!(passed.len(), 2, "{recorded:?}");
+    assert!(
+        passed.iter().all(|n| n.contains("trigger=analysis")),
+        "{passed:?}"
+    );
+    recorder.catch_up(&rolesets).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3);
+    });
+    assert!(
+        counter_sum(
+            setup.admin(),
+            "squall_analysis_measurements_total",
+            &["result=\"number\""]
+        ) >= 4.0
+    );
+
+    // The same service, now with a bad canary: 30 % of requests fail on the new revision.
+    let bad_stable = done
+        .status
+        .as_ref()
+        .unwrap()
+        .current_revision
+        .clone()
+        .unwrap();
+    assert_ne!(bad_stable, stable);
+    setup.exporter.set_for_every_revision("error-rate", "", 0.3);
+    // The stable revision stays healthy: only the canary's series is bad.
+    setup.exporter.set("error-rate", &bad_stable, "", 0.01);
+    recorder.catch_up(&rolesets).await;
+    let start = recorder.events().len();
+    set_images(&api, "good", &[0], "engine:3").await;
+    let aborted = wait_for(
+        &api,
+        "good",
+        "the canary aborted by itself",
+        TIMEOUT,
+        |ss| {
+            canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Aborted))
+                && ss
+                    .and_then(|s| s.status.as_ref())
+                    .is_some_and(|s| s.updated_ready_replicas == 0 && s.ready_replicas == 4)
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let status = canary(Some(&aborted)).unwrap();
+    assert_eq!(status.current_step, 1, "aborted at the first analysis step");
+    assert_eq!(status.abort, None, "nobody asked for it");
+    let message = status.message.clone().unwrap();
+    assert!(
+        message.contains("metric error-rate failed: measured 0.3"),
+        "{message}"
+    );
+    let analysis = condition(&aborted, "CanaryAnalysis").expect("the CanaryAnalysis condition");
+    assert_eq!(
+        (analysis.status.as_str(), analysis.reason.as_deref()),
+        ("False", Some("MetricFailed"))
+    );
+    assert!(
+        analysis
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("error-rate") && m.contains("0.3")),
+        "{analysis:?}"
+    );
+    let recorded = events(&client, ns.name()).await;
+    assert!(
+        recorded.iter().any(|(r, note)| r == "CanaryAnalysisFailed"
+            && note.contains("error-rate")
+            && note.contains("0.3")
+            && note.contains("trigger=analysis")),
+        "{recorded:?}"
+    );
+    let series = format!("namespace=\"{}\"", ns.name());
+    assert_eq!(
+        counter_sum(
+            setup.admin(),
+            "squall_canary_analysis_failed_value",
+            &[&series, "name=\"good\"", "metric=\"error-rate\""]
+        ),
+        0.3
+    );
+    // Back on the stable revision, every observed state within the budgets.
+    recorder.catch_up(&rolesets).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_roleset_budgets(i, state, 5, 3);
+    });
+    let (code, out) = squall(&["status", "good", "-n", ns.name()]);
+    assert_eq!(code, 0, "{out}");
+    for expected in [
+        "waiting for: `squall retry` (aborted)",
+        "analysis of step 2: Failed",
+        "metric error-rate",
+        "0.3",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in:\n{out}");
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and Prometheus from hack/build-tools.sh (make test); runs its own operator"]
+async fn an_unreachable_endpoint_is_inconclusive_and_holds_the_canary_until_promoted() {
+    install_crds();
+    let client = client().await;
+    let setup = Analysis::start("unreachable", Some("down"));
+    let ns = TestNamespace::create(&client, "analysis").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let _revisions = setup
+        .exporter
+        .follow_revisions(Api::namespaced(client.clone(), ns.name()));
+    setup
+        .exporter
+        .set_for_every_revision("error-rate", "", 0.01);
+    setup.exporter.set_for_every_revision("latency", "", 0.2);
+    create_ready(&api, replica_service("dark", Some("down"))).await;
+    set_images(&api, "dark", &[0], "engine:2").await;
+    let held = wait_for(&api, "dark", "the inconclusive gate", TIMEOUT, |ss| {
+        canary(ss).is_some_and(|c| {
+            c.pause_conditions
+                .iter()
+                .flatten()
+                .any(|p| p.reason == PauseReason::CanaryAnalysisInconclusive)
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let status = canary(Some(&held)).unwrap();
+    assert_eq!(
+        (status.phase, status.current_step),
+        (Some(CanaryPhase::Paused), 1)
+    );
+    let taken = &status.analysis.as_ref().unwrap().metrics[0].measurements[0];
+    assert_eq!(taken.phase, MeasurementPhase::Inconclusive);
+    assert!(
+        taken
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("connecting to 127.0.0.1")),
+        "{taken:?}"
+    );
+    let analysis = condition(&held, "CanaryAnalysis").unwrap();
+    assert_eq!(
+        (analysis.status.as_str(), analysis.reason.as_deref()),
+        ("Unknown", Some("Inconclusive"))
+    );
+    // It holds: nothing is measured or moved while the gate is open.
+    let measured = |ss: &StormService| {
+        canary(Some(ss)).unwrap().analysis.as_ref().unwrap().metrics[0].measured
+    };
+    let (code, out) = squall(&["status", "dark", "-n", ns.name()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("`squall promote` to go on or `squall abort` (analysis inconclusive)"),
+        "{out}"
+    );
+    let still = api.get_status("dark").await.unwrap();
+    assert_eq!(measured(&still), 1);
+    assert_eq!(canary(Some(&still)).unwrap().current_step, 1);
+
+    let (code, out) = squall(&["promote", "dark", "-n", ns.name()]);
+    assert_eq!(code, 0, "squall promote: {out}");
+    wait_for(&api, "dark", "the canary completed", TIMEOUT, |ss| {
+        canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Completed))
+    })
+    .await
+    .unwrap();
+    let recorded = events(&client, ns.name()).await;
+    for (reason, trigger) in [
+        ("CanaryAnalysisInconclusive", "analysis"),
+        ("CanaryAnalysisPassed", "user"),
+        ("CanaryAnalysisPassed", "analysis"),
+    ] {
+        assert!(
+            recorded
+                .iter()
+                .any(|(r, n)| r == reason && n.contains(&format!("trigger={trigger}"))),
+            "{reason} {trigger}: {recorded:?}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and Prometheus from hack/build-tools.sh (make test); runs its own operator"]
+async fn a_pooled_canary_judged_per_role_aborts_when_only_decode_is_bad() {
+    install_crds();
+    let client = client().await;
+    let setup = Analysis::start("pooled", None);
+    let ns = TestNamespace::create(&client, "analysis").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let _revisions = setup
+        .exporter
+        .follow_revisions(Api::namespaced(client.clone(), ns.name()));
+    // Prefill's time to first token is fine; decode's inter-token latency is not.
+    setup
+        .exporter
+        .set_for_every_revision("ttft", "prefill", 0.01);
+    setup.exporter.set_for_every_revision("itl", "decode", 0.5);
+    let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+        "canary": {"steps": [
+        {"setWeight": 50},
+        {"analysis": {"metrics": [
+            metric("ttft", Some("prefill"), json!({"count": 2, "interval": "2s"})),
+            metric("itl", Some("decode"), json!({"count": 2, "interval": "2s"})),
+        ]}},
+        {"setWeight": 100},
+    ]}});
+    let roles = [("prefill", 2), ("decode", 2)];
+    create_ready(&api, stormservice("pool", 1, strategy, &roles)).await;
+    let recorder = Recorder::start(pods.clone()).await;
+    recorder.catch_up(&pods).await;
+    let start = recorder.events().len();
+    set_images(&api, "pool", &[0, 1], "engine:2").await;
+    let aborted = wait_for(
+        &api,
+        "pool",
+        "the canary aborted by itself",
+        TIMEOUT,
+        |ss| canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Aborted)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let status = canary(Some(&aborted)).unwrap();
+    let message = status.message.clone().unwrap();
+    assert!(
+        message.contains("metric itl (role decode) failed: measured 0.5"),
+        "{message}"
+    );
+    let analysis = status.analysis.as_ref().unwrap();
+    let prefill = &analysis.metrics[0];
+    assert_eq!(prefill.name, "ttft");
+    assert_eq!(
+        prefill.failed, 0,
+        "prefill was judged on its own and was fine"
+    );
+    assert!(prefill.successful >= 1);
+    // Every pod back on the stable template, every observed state within the role budgets.
+    e2e::wait_for_all(&pods, "every pod back on engine:1", TIMEOUT, |all| {
+        let live: Vec<&Pod> = all
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        live.len() == 4
+            && live.iter().all(|p| {
+                p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("engine:1")
+                    && e2e::roles::is_ready(p)
+            })
+    })
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    replay(&recorder.events(), start, |i, state| {
+        assert_pod_budgets(i, state, &roles, 0, 1);
+    });
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and Prometheus from hack/build-tools.sh (make test); runs its own operator"]
+async fn an_operator_restart_mid_analysis_neither_repeats_nor_skips_a_measurement() {
+    install_crds();
+    let client = client().await;
+    let mut setup = Analysis::start("restart", None);
+    let ns = TestNamespace::create(&client, "analysis").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let _revisions = setup
+        .exporter
+        .follow_revisions(Api::namespaced(client.clone(), ns.name()));
+    setup
+        .exporter
+        .set_for_every_revision("error-rate", "", 0.01);
+    const COUNT: i32 = 5;
+    const INTERVAL: i64 = 2;
+    let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0,
+    "canary": {"steps": [
+        {"setWeight": 50},
+        {"analysis": {"metrics": [metric("error-rate", None,
+            json!({"count": COUNT, "interval": format!("{INTERVAL}s")}))]}},
+        {"setWeight": 100},
+    ]}});
+    create_ready(&api, stormservice("steady", 2, strategy, &[("decode", 1)])).await;
+    let history = Recorder::start(api.clone()).await;
+    set_images(&api, "steady", &[0], "engine:2").await;
+    wait_for(&api, "steady", "two measurements taken", TIMEOUT, |ss| {
+        canary(ss)
+            .and_then(|c| c.analysis.as_ref())
+            .is_some_and(|a| a.metrics[0].measured >= 2)
+    })
+    .await
+    .unwrap();
+    // Down mid-analysis, without any shutdown step; a new process takes over.
+    setup.operator.take().unwrap().kill();
+    setup.start_operator();
+    let done = wait_for(&api, "steady", "the canary completed", TIMEOUT, |ss| {
+        canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Completed))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let final_metric = &canary(Some(&done))
+        .unwrap()
+        .analysis
+        .as_ref()
+        .unwrap()
+        .metrics[0];
+    assert_eq!(final_metric.measured, COUNT);
+    // Every measurement any observed status held: each number once, with one time.
+    history.catch_up(&api).await;
+    let mut seen: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
+    for state in history.states_of("steady") {
+        let Some(analysis) = canary(Some(&state)).and_then(|c| c.analysis.as_ref()) else {
+            continue;
+        };
+        let mut measured_before = 0;
+        for m in &analysis.metrics[0].measurements {
+            seen.entry(m.number)
+                .or_default()
+                .insert(m.time.0.to_string());
+            measured_before = measured_before.max(m.number);
+        }
+        assert_eq!(measured_before, analysis.metrics[0].measured);
+    }
+    let numbers: Vec<i32> = seen.keys().copied().collect();
+    assert_eq!(numbers, (1..=COUNT).collect::<Vec<_>>(), "none skipped");
+    for (number, times) in &seen {
+        assert_eq!(
+            times.len(),
+            1,
+            "measurement {number} taken again: {times:?}"
+        );
+    }
+    let times: Vec<i64> = final_metric
+        .measurements
+        .iter()
+        .map(|m| m.time.0.as_second())
+        .collect();
+    for pair in times.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= INTERVAL,
+            "measurements {times:?} closer than the {INTERVAL}s interval"
+        );
+    }
+}
