@@ -283,6 +283,33 @@ fn lint_checks_analysis_endpoints_against_the_analysis_config() {
     );
 }
 
+/// The README's StormService examples (the vLLM canary analysis among them) pass every rule.
+#[test]
+fn the_readme_examples_are_valid() {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let mut checked = 0;
+    for block in readme.split("```yaml\n").skip(1) {
+        let yaml = block.split("```").next().unwrap();
+        if !yaml.contains("kind: StormService") {
+            continue;
+        }
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("README YAML parses");
+        for doc in docs.iter().filter(|d| d["kind"] == "StormService") {
+            let report = validate_object(doc, None).unwrap();
+            assert!(
+                report.is_valid(),
+                "{}: {:#?}",
+                doc["metadata"]["name"],
+                report.errors
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "only {checked} README examples found");
+}
+
 fn tempdir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("squall-lint-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1099,7 +1099,7 @@ fn check_canary_steps(steps: &[StepView<'_>], roles: &[&str], report: &mut Repor
     }
 }
 
-/// Rule 12: a canary analysis (docs/admission.md#rule-12-canary-analysis). `background`: the
+/// Rule 12: a canary analysis (docs/admission.md#rules). `background`: the
 /// analysis of the whole canary, which repeats every `interval` unless `count` stops it.
 fn check_analysis(
     analysis: &Analysis,
