@@ -165,24 +165,41 @@ impl Decision {
         }
     }
 
-    /// Warns, when the object is allowed, of each gang strategy whose scheduler's PodGroup
-    /// CRD the cluster is known not to serve: its pods will run without the gang guarantee.
-    /// What the cluster adds to validation: analysis endpoints that are not configured are
-    /// denied, gang strategies whose PodGroup CRD is missing are warned about.
-    fn check_cluster(&mut self, view: &View<'_>, cluster: Cluster<'_>) {
-        self.deny_unknown_endpoints(view, cluster.endpoints);
+    /// What the cluster adds to validation of `view` (an update of the stored `old`):
+    /// analysis endpoints that are not configured are denied, gang strategies whose
+    /// PodGroup CRD is missing are warned about.
+    fn check_cluster(
+        &mut self,
+        kind: OwnedKind,
+        view: &View<'_>,
+        old: Option<&str>,
+        cluster: Cluster<'_>,
+    ) {
+        self.deny_unknown_endpoints(kind, view, old, cluster.endpoints);
         self.say_missing_crds(view, cluster.crds);
     }
 
-    fn deny_unknown_endpoints(&mut self, view: &View<'_>, endpoints: Option<&[String]>) {
+    /// Denies metrics naming an endpoint the operator is not configured with — ratcheted
+    /// like every rule: an update may keep what the stored object already named (an
+    /// endpoint the admin has since removed must not block a finalizer's removal).
+    fn deny_unknown_endpoints(
+        &mut self,
+        kind: OwnedKind,
+        view: &View<'_>,
+        old: Option<&str>,
+        endpoints: Option<&[String]>,
+    ) {
         let Some(endpoints) = endpoints.filter(|_| self.denial.is_none()) else {
             return;
         };
-        let unknown: Vec<String> = view
-            .unknown_endpoints(endpoints)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let mut unknown = view.unknown_endpoints(endpoints);
+        if !unknown.is_empty()
+            && let Some(old) = old.and_then(|json| View::parse(kind, json))
+        {
+            let before = old.unknown_endpoints(endpoints);
+            unknown.retain(|e| !before.contains(e));
+        }
+        let unknown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
         if !unknown.is_empty() {
             *self = Decision {
                 denial: Some(Denial {
@@ -194,6 +211,8 @@ impl Decision {
         }
     }
 
+    /// Warns, when the object is allowed, of each gang strategy whose scheduler's PodGroup
+    /// CRD the cluster is known not to serve: its pods will run without the gang guarantee.
     fn say_missing_crds(&mut self, view: &View<'_>, crds: PodGroupCrds) {
         if self.denial.is_some() || !crds.lacks_any() {
             return;
@@ -518,7 +537,7 @@ fn in_one_pass<'a, O: Deserialize<'a>>(
             return None; // read without the spec's JSON, which an update compares
         }
         let mut decision = Decision::from(validate_view(hook.owned_kind(), &view, old));
-        decision.check_cluster(&view, cluster);
+        decision.check_cluster(hook.owned_kind(), &view, old, cluster);
         decision
     };
     Some(answer(hook, body.len(), decision, &request))
@@ -621,7 +640,7 @@ fn decide(hook: Hook, req: &RequestView<'_, ObjectJson<'_>>, cluster: Cluster<'_
         let concerned = cluster.crds.lacks_any() && json.contains("SchedulingStrategy")
             || cluster.endpoints.is_some() && json.contains("analysis");
         if concerned && let Some(view) = View::parse_once(kind, json) {
-            decision.check_cluster(&view, cluster);
+            decision.check_cluster(kind, &view, old, cluster);
         }
         decision
     }
@@ -964,10 +983,12 @@ mod tests {
     }
 
     /// A metric naming an endpoint the operator is not configured with is denied with its
-    /// field path, on both readings of a review; lint (endpoints unknown) says nothing.
+    /// field path, on both readings of a review; an update may keep what the stored object
+    /// already named (ratcheting); lint (endpoints unknown) says nothing.
     #[test]
     fn an_analysis_endpoint_must_be_configured() {
-        let mut object = stormservice(json!({}));
+        let plain = stormservice(json!({}));
+        let mut object = plain.clone();
         object["spec"]["updateStrategy"] = json!({"canary": {"steps": [
             {"setWeight": 50},
             {"analysis": {"metrics": [
@@ -977,9 +998,14 @@ mod tests {
                  "successCondition": "result < 1"}
             ]}}
         ]}});
-        let verdict = |operation: &str, endpoints: Option<&[String]>| {
-            let old = (operation == "UPDATE").then(|| object.clone());
-            let body = review_body(Hook::ValidateStormService, operation, object.clone(), old);
+        let verdict = |old: Option<&Value>, endpoints: Option<&[String]>| {
+            let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
+            let body = review_body(
+                Hook::ValidateStormService,
+                operation,
+                object.clone(),
+                old.cloned(),
+            );
             let cluster = Cluster {
                 endpoints,
                 ..Cluster::default()
@@ -995,23 +1021,30 @@ mod tests {
             )
         };
         let both = ["default".to_string(), "staging".to_string()];
-        for operation in ["CREATE", "UPDATE"] {
-            assert_eq!(verdict(operation, None).0, Verdict::Allowed, "{operation}");
-            assert_eq!(
-                verdict(operation, Some(&both)).0,
-                Verdict::Allowed,
-                "{operation}"
-            );
-            let (denied, message) = verdict(operation, Some(&both[..1]));
-            assert_eq!(denied, Verdict::Denied, "{operation}");
+        let default_only = &both[..1];
+        // A create (one pass) and an update adding the analysis (through the JSON).
+        for old in [None, Some(&plain)] {
+            assert_eq!(verdict(old, None).0, Verdict::Allowed, "{old:?}");
+            assert_eq!(verdict(old, Some(&both)).0, Verdict::Allowed, "{old:?}");
+            let (denied, message) = verdict(old, Some(default_only));
+            assert_eq!(denied, Verdict::Denied, "{old:?}");
             assert!(
                 message.starts_with(
                     "spec.updateStrategy.canary.steps[1].analysis.metrics[1].provider.prometheus.endpoint: \
                      Invalid value: \"staging\": no such Prometheus endpoint is configured (configured: default;"
                 ),
-                "{operation}: {message}"
+                "{old:?}: {message}"
             );
         }
+        // Stored before the admin removed `staging`: a metadata change (a finalizer's
+        // removal) still goes through.
+        let mut stored = object.clone();
+        stored["metadata"]["finalizers"] =
+            json!(["orchestration.aibrix.ai/stormservice-finalizer"]);
+        assert_eq!(
+            verdict(Some(&stored), Some(default_only)).0,
+            Verdict::Allowed
+        );
     }
 
     /// Which ordinary reviews the one-pass reading answers (and so which ones the property
