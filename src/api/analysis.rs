@@ -40,6 +40,7 @@ pub const DEFAULT_ANALYSIS_COUNT: i32 = 1;
 /// measurements.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct Analysis {
     /// The metrics, at least one and at most 10, names unique.
     #[serde(default)]
@@ -50,6 +51,7 @@ pub struct Analysis {
 /// One metric of an analysis.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct AnalysisMetric {
     /// Name, unique in its analysis; status, events and conditions report by it.
     #[serde(default)]
@@ -80,12 +82,12 @@ pub struct AnalysisMetric {
     pub count: Option<i32>,
     /// Failed measurements tolerated; one more fails the metric. Absent means 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = MAX_ANALYSIS_COUNT), extend("default" = 0))]
+    #[schemars(range(min = 0, max = MAX_ANALYSIS_COUNT))]
     pub failure_limit: Option<i32>,
     /// Inconclusive measurements tolerated (no data, the provider unreachable, neither
     /// condition held); one more makes the metric inconclusive. Absent means 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = MAX_ANALYSIS_COUNT), extend("default" = 0))]
+    #[schemars(range(min = 0, max = MAX_ANALYSIS_COUNT))]
     pub inconclusive_limit: Option<i32>,
     /// Wait before the first measurement (up to 1 h), e.g. for traffic to reach the canary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +97,7 @@ pub struct AnalysisMetric {
 /// The provider of a metric: exactly one.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct MetricProvider {
     /// A PromQL instant query against a Prometheus endpoint the cluster admin configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,11 +107,11 @@ pub struct MetricProvider {
 /// A Prometheus query.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct PrometheusMetric {
     /// Name of the admin-configured endpoint (`squall run --analysis-config`); absent means
     /// `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = DEFAULT_ENDPOINT))]
     pub endpoint: Option<String>,
     /// PromQL instant query giving one number (a scalar, or a vector of one sample: wrap
     /// it in `sum(...)`). Placeholders: `{{revision.canary}}`, `{{revision.stable}}`,
@@ -120,6 +123,7 @@ pub struct PrometheusMetric {
 /// State of one analysis in `canaryStatus`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct AnalysisStatus {
     /// The step this analysis belongs to; absent for the background analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,6 +156,7 @@ pub enum AnalysisPhase {
 /// Measurements of one metric.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
 pub struct MetricStatus {
     /// The metric's name.
     pub name: String,

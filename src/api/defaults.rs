@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::analysis::{Analysis, DEFAULT_ANALYSIS_COUNT, DEFAULT_ENDPOINT, MAX_ANALYSIS_METRICS};
 use super::limits::MAX_CANARY_STEPS;
 use super::validation::{
     FieldError, OwnedKind, Spec, View, mixed_upgrade_order_warning, read_error,
@@ -184,9 +185,26 @@ fn default_stormservice(
                     patch,
                 );
             }
-            if let Some(steps) = strategy.canary.as_ref().and_then(|c| c.steps.as_deref())
-                && needs_full_weight_step(steps)
-            {
+            let canary = strategy.canary.as_ref();
+            let steps = canary.and_then(|c| c.steps.as_deref()).unwrap_or_default();
+            if steps.len() <= MAX_CANARY_STEPS {
+                let mut index = itoa::Buffer::new();
+                for (i, step) in steps.iter().enumerate() {
+                    if let Some(analysis) = &step.analysis {
+                        let at = ["/spec/updateStrategy/canary/steps/", index.format(i)];
+                        default_analysis(analysis, &[at[0], at[1], "/analysis"], true, patch);
+                    }
+                }
+            }
+            if let Some(analysis) = canary.and_then(|c| c.analysis.as_deref()) {
+                default_analysis(
+                    analysis,
+                    &["/spec/updateStrategy/canary/analysis"],
+                    false,
+                    patch,
+                );
+            }
+            if needs_full_weight_step(steps) {
                 patch.add(
                     ["/spec/updateStrategy/canary/steps/-"],
                     &[r#"{"setWeight":100}"#],
@@ -202,6 +220,43 @@ fn default_stormservice(
             patch,
             warnings,
         );
+    }
+}
+
+/// A canary analysis's defaults, under the pointer `at` (in pieces): `count: 1` for a
+/// step's metrics (a background metric without `count` runs as long as the canary),
+/// `failureLimit: 0`, `inconclusiveLimit: 0` and the `default` endpoint. More metrics than
+/// validation allows get none (validation denies them; the patch never grows with them).
+fn default_analysis(analysis: &Analysis, at: &[&str], step: bool, patch: &mut PatchWriter) {
+    if analysis.metrics.len() > MAX_ANALYSIS_METRICS {
+        return;
+    }
+    let mut number = itoa::Buffer::new();
+    for (i, metric) in analysis.metrics.iter().enumerate() {
+        // Formatted for analyses only, which an ordinary review does not have.
+        let metric_at = |field: &str| format!("{}/metrics/{i}{field}", at.concat());
+        if step && metric.count.is_none() {
+            let count = number.format(DEFAULT_ANALYSIS_COUNT);
+            patch.add([metric_at("/count").as_str()], &[count]);
+        }
+        if metric.failure_limit.is_none() {
+            patch.add([metric_at("/failureLimit").as_str()], &["0"]);
+        }
+        if metric.inconclusive_limit.is_none() {
+            patch.add([metric_at("/inconclusiveLimit").as_str()], &["0"]);
+        }
+        if metric
+            .provider
+            .prometheus
+            .as_ref()
+            .is_some_and(|p| p.endpoint.is_none())
+        {
+            let endpoint = format!("{DEFAULT_ENDPOINT:?}");
+            patch.add(
+                [metric_at("/provider/prometheus/endpoint").as_str()],
+                &[&endpoint],
+            );
+        }
     }
 }
 
@@ -489,6 +544,57 @@ mod tests {
         let mut spec = minimal_spec();
         spec["updateStrategy"] = json!({"canary": {"steps": [{"setWeight": 10}]}});
         let once = defaulted(stormservice(spec));
+        assert_eq!(defaulted(once.clone()), once);
+    }
+
+    #[test]
+    fn analyses_get_their_counts_limits_and_endpoint() {
+        let metric = |extra: Value| {
+            let mut m = json!({"name": "errors", "provider": {"prometheus": {"query": "up"}},
+                               "successCondition": "result < 1"});
+            for (k, v) in extra.as_object().unwrap() {
+                m[k] = v.clone();
+            }
+            m
+        };
+        let mut spec = minimal_spec();
+        spec["updateStrategy"] = json!({"canary": {
+            "steps": [{"setWeight": 10}, {"analysis": {"metrics": [
+                metric(json!({})),
+                metric(json!({"name": "kept", "count": 3, "interval": "5s", "failureLimit": 2,
+                              "inconclusiveLimit": 1,
+                              "provider": {"prometheus": {"endpoint": "staging", "query": "up"}}})),
+            ]}}],
+            "analysis": {"metrics": [metric(json!({"interval": "1m"}))]},
+        }});
+        let once = defaulted(stormservice(spec));
+        let canary = &once["spec"]["updateStrategy"]["canary"];
+        let step = &canary["steps"][1]["analysis"]["metrics"];
+        assert_eq!(
+            (
+                &step[0]["count"],
+                &step[0]["failureLimit"],
+                &step[0]["inconclusiveLimit"]
+            ),
+            (&json!(1), &json!(0), &json!(0))
+        );
+        assert_eq!(step[0]["provider"]["prometheus"]["endpoint"], "default");
+        assert_eq!(
+            step[1],
+            metric(
+                json!({"name": "kept", "count": 3, "interval": "5s", "failureLimit": 2,
+                          "inconclusiveLimit": 1,
+                          "provider": {"prometheus": {"endpoint": "staging", "query": "up"}}})
+            ),
+            "what the user wrote is kept"
+        );
+        let background = &canary["analysis"]["metrics"][0];
+        assert!(
+            background.get("count").is_none(),
+            "a background metric without count runs as long as the canary"
+        );
+        assert_eq!(background["failureLimit"], 0);
+        assert_eq!(canary["steps"][2], json!({"setWeight": 100}));
         assert_eq!(defaulted(once.clone()), once);
     }
 }
