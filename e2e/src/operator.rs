@@ -139,9 +139,31 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
 impl Operator {
     /// Starts `squall run --local` with `extra` flags and waits until `/readyz` is green.
     pub fn start(release: &str, extra: &[&str]) -> Self {
-        let mut operator = Self::spawn(release, "--local", extra);
-        operator.wait_ready(Duration::from_secs(60));
-        operator
+        Self::started(|| Self::spawn(release, "--local", extra))
+    }
+
+    /// Spawns with `spawn` until the operator is ready. [`free_port`] only finds a port
+    /// free at that moment: an outgoing connection may take it as its source port before the
+    /// operator binds it, so an operator that exits because a port was taken is started
+    /// again, on fresh ports (at most three times).
+    fn started(spawn: impl Fn() -> Self) -> Self {
+        const ATTEMPTS: usize = 3;
+        for attempt in 1..=ATTEMPTS {
+            let mut operator = spawn();
+            match operator.ready_within(Duration::from_secs(60)) {
+                Ok(()) => return operator,
+                Err(exited)
+                    if attempt < ATTEMPTS && operator.log().contains("Address already in use") =>
+                {
+                    eprintln!(
+                        "operator {}: {exited} (a port was taken); starting again",
+                        operator.release
+                    );
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
     }
 
     /// Starts one replica of an in-cluster style deployment: certificates in the Secret
@@ -154,9 +176,7 @@ impl Operator {
         configs: &str,
         extra: &[&str],
     ) -> Self {
-        let mut operator = Self::start_replica_unready(release, namespace, replica, configs, extra);
-        operator.wait_ready(Duration::from_secs(60));
-        operator
+        Self::started(|| Self::start_replica_unready(release, namespace, replica, configs, extra))
     }
 
     /// [`Operator::start_replica`] without waiting for `/readyz`.
@@ -247,27 +267,34 @@ impl Operator {
 
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&mut self, timeout: Duration) {
+        if let Err(why) = self.ready_within(timeout) {
+            panic!("{why}");
+        }
+    }
+
+    /// Waits until `/readyz` answers 200; why not, when the process exits or the time is up.
+    fn ready_within(&mut self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().expect("operator status") {
-                panic!(
+                return Err(format!(
                     "operator {} exited with {status}; see its log in {}",
                     self.release,
                     cluster_dir().join("logs").display()
-                );
+                ));
             }
             match http_get(self.admin_addr, "/readyz") {
-                Ok((200, _)) => return,
+                Ok((200, _)) => return Ok(()),
                 Ok((status, body)) => last = format!("{status} {body}"),
                 Err(e) => last = e.to_string(),
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        panic!(
+        Err(format!(
             "operator {} not ready after {timeout:?}: last /readyz: {last}",
             self.release
-        );
+        ))
     }
 
     /// Its log file.

@@ -173,7 +173,39 @@ pub struct Prometheus {
 
 impl Prometheus {
     /// Starts Prometheus and waits until it is ready and has scraped every target once.
+    /// [`free_port`] only finds a port free at that moment, so a Prometheus that exits
+    /// because its port was taken meanwhile is started again on another (at most three
+    /// times).
     pub fn start(name: &str, targets: &[SocketAddr]) -> Self {
+        const ATTEMPTS: usize = 3;
+        let log_path = cluster_dir().join(format!("logs/prometheus-{name}.log"));
+        for attempt in 1..=ATTEMPTS {
+            let mut prometheus = Self::spawn(name, targets, &log_path);
+            let ready = prometheus
+                .wait_until("ready", Duration::from_secs(60), |p| {
+                    matches!(http_get(p.addr, "/-/ready"), Ok((200, _)))
+                })
+                .and_then(|()| {
+                    prometheus.wait_until("every target scraped", Duration::from_secs(60), |p| {
+                        p.query("count(up == 1)") == Some(targets.len() as f64)
+                    })
+                });
+            match ready {
+                Ok(()) => return prometheus,
+                Err(why)
+                    if attempt < ATTEMPTS
+                        && std::fs::read_to_string(&log_path)
+                            .is_ok_and(|log| log.contains("address already in use")) =>
+                {
+                    eprintln!("prometheus {name}: {why} (its port was taken); starting again");
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    fn spawn(name: &str, targets: &[SocketAddr], log_path: &std::path::Path) -> Self {
         let dir = cluster_dir().join(format!("prometheus-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).expect("prometheus folder");
@@ -185,8 +217,7 @@ impl Prometheus {
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus.yml");
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let log = std::fs::File::create(cluster_dir().join(format!("logs/prometheus-{name}.log")))
-            .expect("prometheus log");
+        let log = std::fs::File::create(log_path).expect("prometheus log");
         let child = Command::new(prometheus_bin())
             .arg(format!(
                 "--config.file={}",
@@ -209,37 +240,37 @@ impl Prometheus {
             });
         let pid_file = cluster_dir().join(format!("prometheus-{name}.pid"));
         std::fs::write(&pid_file, child.id().to_string()).expect("pid file");
-        let mut prometheus = Self {
+        Self {
             child,
             addr,
             dir,
             pid_file,
-        };
-        prometheus.wait_until("ready", Duration::from_secs(60), |p| {
-            matches!(http_get(p.addr, "/-/ready"), Ok((200, _)))
-        });
-        prometheus.wait_until("every target scraped", Duration::from_secs(60), |p| {
-            p.query("count(up == 1)") == Some(targets.len() as f64)
-        });
-        prometheus
-    }
-
-    fn wait_until(&mut self, what: &str, timeout: Duration, done: impl Fn(&Self) -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !done(self) {
-            if let Some(status) = self.child.try_wait().expect("prometheus status") {
-                panic!("prometheus exited with {status} before {what}; see its log");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus: not {what} after {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
+    fn wait_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Self) -> bool,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while !done(self) {
+            if let Some(status) = self.child.try_wait().expect("prometheus status") {
+                return Err(format!(
+                    "prometheus exited with {status} before {what}; see its log"
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("prometheus: not {what} after {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
     /// The one number an instant query gives, if it gives one.
-    pub fn query(&self, query: &str) -> Option<f64> {
+    fn query(&self, query: &str) -> Option<f64> {
         let encoded: String = query
             .bytes()
             .map(|b| {
@@ -258,15 +289,6 @@ impl Prometheus {
         answer["data"]["result"][0]["value"][1]
             .as_str()
             .and_then(|v| v.parse().ok())
-    }
-
-    /// Waits until `query` gives `value` (Prometheus has scraped what the exporter serves).
-    pub fn wait_for_value(&mut self, query: &str, value: f64) {
-        self.wait_until(
-            &format!("{query} == {value}"),
-            Duration::from_secs(30),
-            |p| p.query(query) == Some(value),
-        );
     }
 }
 
