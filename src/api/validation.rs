@@ -533,12 +533,11 @@ impl<'a> View<'a> {
         };
         let root = "spec.updateStrategy.canary";
         let steps = canary.steps.iter().flatten().enumerate();
+        // Paths are formatted only for an analysis: an ordinary canary allocates nothing.
         let analyses = steps
             .filter_map(|(i, step)| {
-                Some((
-                    format!("{root}.steps[{i}].analysis"),
-                    step.analysis.as_deref()?,
-                ))
+                let analysis = step.analysis.as_deref()?;
+                Some((format!("{root}.steps[{i}].analysis"), analysis))
             })
             .chain(
                 canary
@@ -561,10 +560,13 @@ impl<'a> View<'a> {
     /// Rule 12, where the operator's configuration is known (the webhook, `squall lint
     /// --analysis-config`): each metric that names an endpoint not among `endpoints`.
     pub fn unknown_endpoints(&self, endpoints: &[String]) -> Vec<FieldError> {
-        let configured = if endpoints.is_empty() {
-            "none".to_string()
-        } else {
-            endpoints.join(", ")
+        // Listed only in an error: a valid object allocates nothing here.
+        let configured = || {
+            if endpoints.is_empty() {
+                "none".to_string()
+            } else {
+                endpoints.join(", ")
+            }
         };
         self.analysis_endpoints()
             .into_iter()
@@ -574,8 +576,9 @@ impl<'a> View<'a> {
                 kind: ErrorKind::Invalid {
                     value: format!("{name:?}"),
                     detail: format!(
-                        "no such Prometheus endpoint is configured (configured: {configured}; \
-                         the operator's --analysis-config names them)"
+                        "no such Prometheus endpoint is configured (configured: {}; \
+                         the operator's --analysis-config names them)",
+                        configured()
                     ),
                 },
             })
@@ -759,10 +762,15 @@ fn check_stormservice(meta: &MetaView<'_>, spec: &StormServiceSpecView<'_>) -> R
 
     // Rule 10: canary steps; rule 12: canary analysis.
     let canary_spec = strategy.and_then(|s| s.canary.as_ref());
+    // Listed only for a canary with analyses: an ordinary review allocates nothing here.
+    let has_analysis = canary_spec.is_some_and(|c| {
+        c.analysis.is_some() || c.steps.iter().flatten().any(|s| s.analysis.is_some())
+    });
     let role_names: Vec<&str> = spec
         .template
         .spec
         .iter()
+        .filter(|_| has_analysis)
         .flat_map(|s| s.roles.iter().flatten())
         .map(|r| &*r.name.0)
         .collect();
@@ -1054,8 +1062,7 @@ fn check_canary_steps(steps: &[StepView<'_>], roles: &[&str], report: &mut Repor
             step.pause.as_ref().map(|_| "pause"),
             step.analysis.as_ref().map(|_| "analysis"),
         ];
-        let written: Vec<&str> = kinds.into_iter().flatten().collect();
-        match written.len() {
+        match kinds.iter().flatten().count() {
             1 => {}
             0 => report.required(
                 step_path,
@@ -1063,7 +1070,11 @@ fn check_canary_steps(steps: &[StepView<'_>], roles: &[&str], report: &mut Repor
             ),
             _ => report.invalid(
                 step_path,
-                written.join(" and "),
+                kinds
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" and "),
                 "a step must have exactly one of setWeight, pause and analysis",
             ),
         }
