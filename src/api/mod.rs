@@ -12,6 +12,7 @@ pub mod pod;
 pub mod podgroup;
 pub mod podset;
 pub mod roleset;
+pub mod scan;
 pub mod schema;
 pub mod stormservice;
 pub mod validation;

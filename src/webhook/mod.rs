@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 use crate::api::GROUP;
 use crate::api::defaults::{PatchWriter, write_defaults, write_view_defaults};
 use crate::api::podgroup::PodGroupCrds;
+use crate::api::scan::{self, Scanner, Seen};
 use crate::api::validation::{FieldError, OwnedKind, Report, View, validate_json, validate_view};
 use crate::api::view::Str;
 
@@ -107,6 +108,11 @@ impl Hook {
         }
     }
 }
+
+/// The sidecar annotation's name without its '/', which JSON may write escaped: a mutating
+/// review that holds it reads the object whole.
+static SIDECAR: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new("sidecar-injection"));
 
 /// A body that cannot be answered with an AdmissionReview (HTTP 400).
 #[derive(Debug, thiserror::Error)]
@@ -280,33 +286,40 @@ fn base64_len(bytes: usize) -> usize {
 /// for `[]byte`: every three bytes are two 12-bit halves, each looked up as two characters.
 fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    /// The two characters of every 12-bit value (8 KiB).
-    static PAIRS: [[u8; 2]; 4096] = {
-        let mut pairs = [[0; 2]; 4096];
+    /// The two characters of every 12-bit value, as a little-endian `u16` (8 KiB).
+    static PAIRS: [u16; 4096] = {
+        let mut pairs = [0; 4096];
         let mut n = 0;
         while n < 4096 {
-            pairs[n] = [ALPHABET[n >> 6], ALPHABET[n & 63]];
+            pairs[n] = ALPHABET[n >> 6] as u16 | (ALPHABET[n & 63] as u16) << 8;
             n += 1;
         }
         pairs
     };
+    let pair = |n: u64| u64::from(PAIRS[(n & 0xfff) as usize]);
     let start = out.len();
     out.resize(start + base64_len(bytes.len()), b'=');
-    let mut chunks = bytes.chunks_exact(3);
-    let mut quads = out[start..].chunks_exact_mut(4);
-    for (chunk, quad) in (&mut chunks).zip(&mut quads) {
-        let n = usize::from(chunk[0]) << 16 | usize::from(chunk[1]) << 8 | usize::from(chunk[2]);
-        quad[..2].copy_from_slice(&PAIRS[n >> 12]);
-        quad[2..].copy_from_slice(&PAIRS[n & 0xfff]);
+    let out = &mut out[start..];
+    // Six bytes (read as eight, while eight are there) are four 12-bit values, eight
+    // characters written at once.
+    let words = bytes.len().saturating_sub(2) / 6;
+    for (i, chars) in out.chunks_exact_mut(8).take(words).enumerate() {
+        let word = u64::from_be_bytes(bytes[i * 6..i * 6 + 8].try_into().expect("eight bytes"));
+        let n = word >> 16;
+        let packed = pair(n >> 36) | pair(n >> 24) << 16 | pair(n >> 12) << 32 | pair(n) << 48;
+        chars.copy_from_slice(&packed.to_le_bytes());
     }
-    if let Some(quad) = quads.next() {
-        // One or two bytes left: their two or three characters; the '=' padding is there.
-        let rest = chunks.remainder();
-        let n = usize::from(rest[0]) << 16 | rest.get(1).map_or(0, |b| usize::from(*b) << 8);
-        quad[..2].copy_from_slice(&PAIRS[n >> 12]);
-        if rest.len() == 2 {
-            quad[2] = PAIRS[n & 0xfff][0];
-        }
+    // The rest three bytes at a time; one or two bytes left are two or three characters
+    // (the '=' padding is there).
+    let (bytes, out) = (&bytes[words * 6..], &mut out[words * 8..]);
+    for (chunk, quad) in bytes.chunks(3).zip(out.chunks_exact_mut(4)) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0, |n, (i, b)| n | u64::from(*b) << (16 - 8 * i));
+        let characters = (pair(n >> 12) | pair(n) << 16).to_le_bytes();
+        let written = chunk.len() + 1;
+        quad[..written].copy_from_slice(&characters[..written]);
     }
 }
 
@@ -440,7 +453,8 @@ pub fn review(hook: Hook, body: &[u8]) -> Result<Answer, BadRequest> {
 
 /// Answers one AdmissionReview body for `hook`, knowing what `cluster` says.
 pub fn review_knowing(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<Answer, BadRequest> {
-    review_in_one_pass(hook, body, cluster)
+    review_scanned(hook, body, cluster)
+        .or_else(|| review_in_one_pass(hook, body, cluster))
         .map_or_else(|| review_in_general(hook, body, cluster), Ok)
 }
 
@@ -467,7 +481,7 @@ fn review_in_general(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<An
         name = %request.name,
     );
     let decision = span.in_scope(|| decide(hook, &request, cluster));
-    Ok(answer(hook, body.len(), decision, &request))
+    Ok(answer(hook, body.len(), decision, request.names()))
 }
 
 /// The review of an ordinary create or update of the webhook's kind, read in one pass: the
@@ -478,9 +492,6 @@ fn review_in_general(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<An
 /// hold both to it).
 fn review_in_one_pass(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answer> {
     use crate::api::view::{ObjectView, RoleSetView, StormServiceView};
-    /// The sidecar annotation's name without its '/', which JSON may write escaped.
-    static SIDECAR: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new("sidecar-injection"));
     // Checked once here, so that no string the view borrows is checked again.
     let body = std::str::from_utf8(body).ok()?;
     let kind = hook.owned_kind();
@@ -527,20 +538,165 @@ fn in_one_pass<'a, O: Deserialize<'a>>(
         return None;
     }
     let view = view(request.object.take()?)?;
-    let decision = if hook.is_mutating() {
-        let mut patch = PatchWriter::with_capacity(body.len());
-        let warnings = write_view_defaults(&view, &mut patch).ok()?;
-        Decision::from(Mutation::of(patch, warnings))
+    let old = request.old_object.as_ref().map(|o| o.0.get());
+    let decision = decide_view(hook, body.len(), &view, old, cluster)?;
+    Some(answer(hook, body.len(), decision, request.names()))
+}
+
+/// The decision on the `view` of a review's object of `body_bytes` (an update of `old`), for
+/// both one-pass readings; `None` where the general path must decide.
+fn decide_view(
+    hook: Hook,
+    body_bytes: usize,
+    view: &View<'_>,
+    old: Option<&str>,
+    cluster: Cluster<'_>,
+) -> Option<Decision> {
+    if hook.is_mutating() {
+        let mut patch = PatchWriter::with_capacity(body_bytes);
+        let warnings = write_view_defaults(view, &mut patch).ok()?;
+        Some(Decision::from(Mutation::of(patch, warnings)))
     } else {
-        let old = request.old_object.as_ref().map(|o| o.0.get());
         if old.is_some() && view.object.spec.is_none() {
             return None; // read without the spec's JSON, which an update compares
         }
-        let mut decision = Decision::from(validate_view(hook.owned_kind(), &view, old));
-        decision.check_cluster(hook.owned_kind(), &view, old, cluster);
-        decision
+        let mut decision = Decision::from(validate_view(hook.owned_kind(), view, old));
+        decision.check_cluster(hook.owned_kind(), view, old, cluster);
+        Some(decision)
+    }
+}
+
+/// The review of an ordinary create of the webhook's kind (or an update, for a mutating
+/// webhook, which does not read the stored object), read by [`crate::api::scan`]: a strict
+/// reader of the common shape that gives up on anything else, which [`review_in_one_pass`]
+/// then reads with serde. Where it answers, it answers as serde's readings would (a property
+/// test holds it to that).
+fn review_scanned(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answer> {
+    let body = std::str::from_utf8(body).ok()?;
+    let kind = hook.owned_kind();
+    if hook.is_mutating()
+        && kind == OwnedKind::StormService
+        && SIDECAR.find(body.as_bytes()).is_some()
+    {
+        return None; // sidecar injection reads the object whole
+    }
+    let (names, view) = scan_review(hook, body)?;
+    let decision = decide_view(hook, body.len(), &view, None, cluster)?;
+    Some(answer(hook, body.len(), decision, names))
+}
+
+/// The names and the object's view of an AdmissionReview, read by [`crate::api::scan`] as
+/// serde reads a [`ReviewView`]; `None` when it gives up, or when the request is not an
+/// ordinary create or update of `hook`'s kind, or (validating) when it has a stored object.
+fn scan_review<'a>(hook: Hook, body: &'a str) -> Option<(Names<'a>, View<'a>)> {
+    let s = &mut Scanner::new(body);
+    let mut seen = Seen::default();
+    let (mut api_version, mut review_kind, mut request) = (None, None, None);
+    s.object(|s, key| {
+        match key {
+            "apiVersion" => (seen.first(0)?, api_version = Some(s.string()?)),
+            "kind" => (seen.first(1)?, review_kind = Some(s.string()?)),
+            "request" => (
+                seen.first(2)?,
+                request = s.nullable(|s| scan_request(hook, s))?,
+            ),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    s.end()?;
+    let ours = review_kind? == "AdmissionReview" && api_version? == "admission.k8s.io/v1";
+    if ours { request } else { None }
+}
+
+/// The request of [`scan_review`], as serde reads a [`RequestView`].
+fn scan_request<'a>(hook: Hook, s: &mut Scanner<'a>) -> Option<(Names<'a>, View<'a>)> {
+    let mut seen = Seen::default();
+    let (mut uid, mut kind, mut resource, mut name, mut namespace) = (None, None, None, "", None);
+    let (mut operation, mut user_info, mut object, mut stored) = (None, None, None, false);
+    s.object(|s, key| {
+        match key {
+            "uid" => (seen.first(0)?, uid = Some(s.string()?)),
+            "kind" => (
+                seen.first(1)?,
+                kind = Some(scan_kind(s, ["group", "version", "kind"])?),
+            ),
+            "resource" => (
+                seen.first(2)?,
+                resource = Some(scan_kind(s, ["group", "version", "resource"])?),
+            ),
+            "name" => (seen.first(3)?, name = s.string()?),
+            "namespace" => (seen.first(4)?, namespace = s.nullable(Scanner::string)?),
+            "operation" => (seen.first(5)?, operation = Some(s.string()?)),
+            "userInfo" => (seen.first(6)?, user_info = Some(s.skip()?)),
+            "object" => (
+                seen.first(7)?,
+                object = s.nullable(|s| match hook.owned_kind() {
+                    OwnedKind::StormService => View::of_stormservice(scan::stormservice(s)?),
+                    OwnedKind::RoleSet => View::of_roleset(scan::roleset(s)?),
+                    OwnedKind::PodSet => None,
+                })?,
+            ),
+            "oldObject" => (
+                seen.first(8)?,
+                stored = s.nullable(|s| s.object(|s, _| s.skip()))?.is_some(),
+            ),
+            "dryRun" => (seen.first(9)?, s.bool().map(drop)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    let [group, _, kind] = kind?;
+    resource?;
+    user_info?;
+    // Validation of an update compares with the stored object, which serde reads.
+    let operation = operation?;
+    let ordinary = matches!(operation, "CREATE" | "UPDATE") && (hook.is_mutating() || !stored);
+    if !ordinary || group != GROUP || kind != hook.kind() {
+        return None;
+    }
+    let names = Names {
+        uid: uid?,
+        kind,
+        namespace: namespace.unwrap_or_default(),
+        name,
     };
-    Some(answer(hook, body.len(), decision, &request))
+    Some((names, object?))
+}
+
+/// A `kind` or `resource` of a request: the three strings `fields`, all required.
+fn scan_kind<'a>(s: &mut Scanner<'a>, fields: [&str; 3]) -> Option<[&'a str; 3]> {
+    let (mut values, mut seen) = ([None; 3], Seen::default());
+    s.object(|s, key| match fields.iter().position(|f| *f == key) {
+        Some(i) => {
+            seen.first(i as u32)?;
+            values[i] = Some(s.string()?);
+            Some(())
+        }
+        None => s.skip(),
+    })?;
+    let [a, b, c] = values;
+    Some([a?, b?, c?])
+}
+
+/// What an answer and its log lines name of the request.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    uid: &'a str,
+    kind: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+}
+
+impl<O> RequestView<'_, O> {
+    fn names(&self) -> Names<'_> {
+        Names {
+            uid: &self.uid,
+            kind: &self.kind.kind,
+            namespace: self.namespace.as_deref().unwrap_or_default(),
+            name: &self.name,
+        }
+    }
 }
 
 /// Whether the body has an `oldObject` that is a JSON object: which one-pass reading to try
@@ -558,22 +714,17 @@ fn names_stored_object(body: &[u8]) -> bool {
     })
 }
 
-/// The answer to a decided review of `request_bytes`, to `request`.
-fn answer<O>(
-    hook: Hook,
-    request_bytes: usize,
-    mut decision: Decision,
-    request: &RequestView<'_, O>,
-) -> Answer {
+/// The answer to a decided review of `request_bytes`, to the request `names`.
+fn answer(hook: Hook, request_bytes: usize, mut decision: Decision, request: Names<'_>) -> Answer {
     let patch_bytes = decision.patch.as_ref().map_or(0, Vec::len);
     if patch_bytes > request_bytes + PATCH_HEADROOM {
         // Defaulting adds a few fields per role and the bounded lists keep it small; this
         // is the backstop that keeps a response from outgrowing its request.
         tracing::warn!(
             webhook = hook.name(),
-            kind = %request.kind.kind,
-            namespace = request.namespace.as_deref().unwrap_or_default(),
-            name = %request.name,
+            kind = request.kind,
+            namespace = request.namespace,
+            name = request.name,
             patch_bytes,
             request_bytes,
             "patch too large; denied"
@@ -591,7 +742,7 @@ fn answer<O>(
         };
     }
     Answer {
-        json: decision.render(&request.uid),
+        json: decision.render(request.uid),
         verdict: decision.verdict(),
     }
 }
@@ -1096,6 +1247,97 @@ mod tests {
             assert!(
                 review_in_one_pass(hook, &body, Cluster::default()).is_none(),
                 "{hook:?} {operation}"
+            );
+        }
+    }
+
+    /// Which reviews the scanner reads (the property tests in `oracle` hold its answers to
+    /// serde's), and which it leaves to serde: an escape, an analysis, a stored object to
+    /// compare with.
+    #[test]
+    fn the_common_shape_is_scanned_and_the_rest_left_to_serde() {
+        let plain = stormservice(json!({}));
+        let rs = roleset(json!([{"name": "prefill"}]));
+        let pretty = |hook: Hook, object: &Value| {
+            let review: Value =
+                serde_json::from_slice(&review_body(hook, "CREATE", object.clone(), None)).unwrap();
+            serde_json::to_vec_pretty(&review).unwrap()
+        };
+        let scanned = [
+            (
+                Hook::MutateStormService,
+                review_body(Hook::MutateStormService, "CREATE", plain.clone(), None),
+            ),
+            (
+                Hook::ValidateStormService,
+                review_body(Hook::ValidateStormService, "CREATE", plain.clone(), None),
+            ),
+            (
+                Hook::ValidateStormService,
+                pretty(Hook::ValidateStormService, &plain),
+            ),
+            (
+                Hook::MutateStormService,
+                review_body(
+                    Hook::MutateStormService,
+                    "UPDATE",
+                    plain.clone(),
+                    Some(plain.clone()),
+                ),
+            ),
+            (
+                Hook::ValidateRoleSet,
+                review_body(Hook::ValidateRoleSet, "CREATE", rs.clone(), None),
+            ),
+        ];
+        for (hook, body) in scanned {
+            let answer = review_scanned(hook, &body, Cluster::default()).expect("scanned");
+            let general = review_in_general(hook, &body, Cluster::default()).unwrap();
+            assert_eq!(answer.json, general.json, "{hook:?}");
+        }
+        let mut escaped = plain.clone();
+        escaped["metadata"]["name"] = json!("a\"b");
+        let mut analysed = plain.clone();
+        analysed["spec"]["updateStrategy"] = json!({"canary": {"steps": [{"analysis": {}}]}});
+        let mut expressions = plain.clone();
+        expressions["spec"]["selector"] = json!({"matchExpressions": []});
+        let left = [
+            (
+                Hook::ValidateStormService,
+                review_body(
+                    Hook::ValidateStormService,
+                    "UPDATE",
+                    plain.clone(),
+                    Some(plain.clone()),
+                ),
+            ),
+            (
+                Hook::ValidateStormService,
+                review_body(Hook::ValidateStormService, "CREATE", escaped, None),
+            ),
+            (
+                Hook::ValidateStormService,
+                review_body(Hook::ValidateStormService, "CREATE", analysed, None),
+            ),
+            (
+                Hook::ValidateStormService,
+                review_body(
+                    Hook::ValidateStormService,
+                    "DELETE",
+                    Value::Null,
+                    Some(plain.clone()),
+                ),
+            ),
+            (
+                Hook::MutateStormService,
+                review_body(Hook::MutateStormService, "CREATE", expressions, None),
+            ),
+        ];
+        for (hook, body) in left {
+            assert!(
+                review_scanned(hook, &body, Cluster::default()).is_none(),
+                "{hook:?}: {}",
+                String::from_utf8_lossy(&body)
             );
         }
     }

@@ -1,0 +1,724 @@
+//! The admission fast path's reader: a strict JSON scanner over the common shape of a
+//! StormService or RoleSet, and the [views](super::view) read with it in one pass.
+//!
+//! serde's derived readers cost a `kubectl apply` more than the TLS it arrives over (a
+//! review's 1.2 KB took ~30k instructions, most of them matching field names and skipping
+//! pod templates value by value). This reader matches the few names the rules read and
+//! skips everything else a byte at a time.
+//!
+//! It gives up (`None`) on anything outside the common shape — an escaped string, an
+//! exponent, a `null` where no `Option` is read, a repeated field, an analysis, nesting
+//! deeper than [`MAX_DEPTH`] — and the caller then reads the document with serde, which
+//! decides. So wherever it answers, it answers with exactly the view serde reads (a property
+//! test holds it to that), and it never has to name an error.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::de::IgnoredAny;
+
+use super::view::{
+    CanaryView, Count, IntOrStr, MetaView, PauseView, PodSpecView, PodTemplateView,
+    RoleSetSpecView, RoleSetView, RoleStrategyView, RoleView, SchedulingView, SelectorView,
+    StepView, StormServiceSpecView, StormServiceStrategyView, StormServiceView, Str,
+    TemplateMetaView, TemplateView,
+};
+use super::{RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType};
+
+/// Deepest nesting read (serde_json refuses beyond 128; deeper documents are left to it). A
+/// review's pod templates nest about 20 deep. Below 64: [`Scanner::skip`] keeps a bit per level.
+pub const MAX_DEPTH: usize = 48;
+const _: () = assert!(MAX_DEPTH < 64);
+
+/// A position in a JSON document. Every reader consumes one value, with the whitespace
+/// before it, or gives up.
+pub struct Scanner<'a> {
+    text: &'a str,
+    at: usize,
+    depth: usize,
+}
+
+impl<'a> Scanner<'a> {
+    /// A scanner at the start of `text`.
+    pub fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            at: 0,
+            depth: 0,
+        }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    /// The next byte after JSON whitespace (which is exactly these four).
+    fn peek(&mut self) -> Option<u8> {
+        while let Some(&b) = self.bytes().get(self.at) {
+            if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(b);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    fn eat(&mut self, expected: u8) -> Option<()> {
+        (self.peek()? == expected).then(|| self.at += 1)
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.peek()?;
+        let rest = self.bytes().get(self.at..)?;
+        rest.starts_with(word.as_bytes())
+            .then(|| self.at += word.len())
+    }
+
+    /// Whether the next value is `null` (consumed if it is).
+    pub fn null(&mut self) -> bool {
+        self.literal("null").is_some()
+    }
+
+    /// The document ends here (whitespace may follow).
+    pub fn end(&mut self) -> Option<()> {
+        self.peek().is_none().then_some(())
+    }
+
+    /// A string without escapes or control characters, borrowed from the document.
+    pub fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let end = start + plain_length(&self.bytes()[start..]);
+        self.at = end;
+        self.eat_raw(b'"')?;
+        // Both ends are ASCII quotes, so both are character boundaries.
+        self.text.get(start..end)
+    }
+
+    fn eat_raw(&mut self, expected: u8) -> Option<()> {
+        (self.bytes().get(self.at) == Some(&expected)).then(|| self.at += 1)
+    }
+
+    /// An integer written without fraction or exponent.
+    pub fn int(&mut self) -> Option<i64> {
+        self.peek()?;
+        let start = self.at;
+        self.eat_raw(b'-');
+        let digits = self.digits();
+        let text = &self.text[start..self.at];
+        let leading_zero = digits > 1 && text.trim_start_matches('-').starts_with('0');
+        if digits == 0
+            || leading_zero
+            || matches!(self.bytes().get(self.at), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        text.parse().ok()
+    }
+
+    fn digits(&mut self) -> usize {
+        let count = self.bytes()[self.at..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        self.at += count;
+        count
+    }
+
+    /// An `int32`.
+    pub fn i32(&mut self) -> Option<i32> {
+        i32::try_from(self.int()?).ok()
+    }
+
+    /// `true` or `false`.
+    pub fn bool(&mut self) -> Option<bool> {
+        if self.literal("true").is_some() {
+            Some(true)
+        } else {
+            self.literal("false").map(|()| false)
+        }
+    }
+
+    /// Any value, checked as strictly as serde_json checks what it skips. One loop over the
+    /// bytes, not a call per value: pod templates are most of what a review skips.
+    pub fn skip(&mut self) -> Option<()> {
+        let base = self.depth;
+        // Bit d of `objects`: the container at depth d is an object (else an array).
+        let mut objects = 0u64;
+        loop {
+            // A value.
+            match self.peek()? {
+                open @ (b'{' | b'[') => {
+                    self.enter(open)?;
+                    let object = open == b'{';
+                    objects = objects & !(1 << self.depth) | u64::from(object) << self.depth;
+                    let close = if object { b'}' } else { b']' };
+                    if self.eat(close).is_none() {
+                        if object {
+                            self.string()?;
+                            self.eat(b':')?;
+                        }
+                        continue;
+                    }
+                    self.depth -= 1;
+                }
+                b'"' => drop(self.string()?),
+                b't' => self.literal("true")?,
+                b'f' => self.literal("false")?,
+                b'n' => self.literal("null")?,
+                _ => self.number()?,
+            }
+            // What follows it: the next element or member, or the ends of containers.
+            loop {
+                if self.depth == base {
+                    return Some(());
+                }
+                let object = objects & 1 << self.depth != 0;
+                match self.peek()? {
+                    b',' => {
+                        self.at += 1;
+                        if object {
+                            self.string()?;
+                            self.eat(b':')?;
+                        }
+                        break;
+                    }
+                    b'}' if object => self.at += 1,
+                    b']' if !object => self.at += 1,
+                    _ => return None,
+                }
+                self.depth -= 1;
+            }
+        }
+    }
+
+    /// A number: an integer, maybe with a fraction (an exponent gives up).
+    fn number(&mut self) -> Option<()> {
+        self.peek()?;
+        let start = self.at;
+        self.eat_raw(b'-');
+        let digits = self.digits();
+        if digits == 0 || (digits > 1 && self.bytes()[self.at - digits] == b'0') {
+            return None;
+        }
+        if self.eat_raw(b'.').is_some() && self.digits() == 0 {
+            return None;
+        }
+        (self.at > start && !matches!(self.bytes().get(self.at), Some(b'e' | b'E'))).then_some(())
+    }
+
+    fn enter(&mut self, open: u8) -> Option<()> {
+        self.eat(open)?;
+        self.depth += 1;
+        (self.depth <= MAX_DEPTH).then_some(())
+    }
+
+    /// An object: `field` reads the value of each key.
+    pub fn object(
+        &mut self,
+        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.enter(b'{')?;
+        if self.eat(b'}').is_none() {
+            loop {
+                let key = self.string()?;
+                self.eat(b':')?;
+                field(self, key)?;
+                if self.eat(b',').is_none() {
+                    self.eat(b'}')?;
+                    break;
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    /// An array: `element` reads each element.
+    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.enter(b'[')?;
+        if self.eat(b']').is_none() {
+            loop {
+                element(self)?;
+                if self.eat(b',').is_none() {
+                    self.eat(b']')?;
+                    break;
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    /// A `Vec` of what `read` reads from each element.
+    fn list<T>(&mut self, mut read: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        let mut list = Vec::new();
+        self.array(|s| {
+            list.push(read(s)?);
+            Some(())
+        })?;
+        Some(list)
+    }
+
+    /// What `read` reads, or `None` for `null` (an `Option` field as serde reads it).
+    pub fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        if self.null() {
+            Some(None)
+        } else {
+            read(self).map(Some)
+        }
+    }
+
+    fn str(&mut self) -> Option<Str<'a>> {
+        self.string().map(|s| Str(Cow::Borrowed(s)))
+    }
+
+    /// A value that is only tested for presence (`Option<IgnoredAny>`).
+    fn present(&mut self) -> Option<Option<IgnoredAny>> {
+        self.nullable(|s| s.skip().map(|()| IgnoredAny))
+    }
+}
+
+/// How many bytes of `bytes` come before the first that ends a plain string: a quote, an
+/// escape or a control character. Eight bytes at a time (most strings end in the first eight):
+/// a byte that matches sets its top bit in `found`; bytes after the first may set it falsely,
+/// the lowest never does.
+fn plain_length(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::MAX / 255;
+    const TOPS: u64 = ONES << 7;
+    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & TOPS;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let found = zero_bytes(word ^ (ONES * u64::from(b'"')))
+            | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+            | word.wrapping_sub(ONES * 0x20) & !word & TOPS;
+        if found != 0 {
+            return at + found.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(bytes.len() - at)
+}
+
+/// The fields of one object read so far: serde refuses a repeated one, so a reader gives up.
+#[derive(Default)]
+pub struct Seen(u32);
+
+impl Seen {
+    /// `Some` the first time `field` (below 32) is read.
+    pub fn first(&mut self, field: u32) -> Option<()> {
+        let bit = 1 << field;
+        (self.0 & bit == 0).then(|| self.0 |= bit)
+    }
+}
+
+/// A StormService, as `serde_json::from_str::<StormServiceView>` reads it.
+pub fn stormservice<'a>(s: &mut Scanner<'a>) -> Option<StormServiceView<'a>> {
+    let (mut metadata, mut spec, mut seen) = (MetaView::default(), None, Seen::default());
+    s.object(|s, key| match key {
+        "metadata" => {
+            seen.first(0)?;
+            metadata = meta(s)?;
+            Some(())
+        }
+        "spec" => {
+            seen.first(1)?;
+            spec = s.nullable(stormservice_spec)?;
+            Some(())
+        }
+        _ => s.skip(),
+    })?;
+    Some(StormServiceView { metadata, spec })
+}
+
+/// A RoleSet, as `serde_json::from_str::<RoleSetView>` reads it.
+pub fn roleset<'a>(s: &mut Scanner<'a>) -> Option<RoleSetView<'a>> {
+    let (mut metadata, mut spec, mut seen) = (MetaView::default(), None, Seen::default());
+    s.object(|s, key| match key {
+        "metadata" => {
+            seen.first(0)?;
+            metadata = meta(s)?;
+            Some(())
+        }
+        "spec" => {
+            seen.first(1)?;
+            spec = s.nullable(roleset_spec)?;
+            Some(())
+        }
+        _ => s.skip(),
+    })?;
+    Some(RoleSetView { metadata, spec })
+}
+
+fn meta<'a>(s: &mut Scanner<'a>) -> Option<MetaView<'a>> {
+    let (mut meta, mut seen) = (MetaView::default(), Seen::default());
+    s.object(|s, key| {
+        match key {
+            "name" => (seen.first(0)?, meta.name = s.nullable(Scanner::str)?),
+            "generateName" => (
+                seen.first(1)?,
+                meta.generate_name = s.nullable(Scanner::str)?,
+            ),
+            "deletionTimestamp" => (seen.first(2)?, meta.deletion_timestamp = s.present()?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(meta)
+}
+
+fn stormservice_spec<'a>(s: &mut Scanner<'a>) -> Option<StormServiceSpecView<'a>> {
+    let mut seen = Seen::default();
+    let (mut replicas, mut selector, mut stateful, mut template) = (None, None, None, None);
+    let (mut update_strategy, mut revision_history_limit, mut paused) = (None, None, None);
+    let (mut disruption_tolerance, mut progress_deadline_seconds) = (None, None);
+    s.object(|s, key| {
+        match key {
+            "replicas" => (seen.first(0)?, replicas = s.nullable(Scanner::i32)?),
+            "selector" => (seen.first(1)?, selector = Some(label_selector(s)?)),
+            "stateful" => (seen.first(2)?, stateful = s.nullable(Scanner::bool)?),
+            "template" => (seen.first(3)?, template = Some(template_view(s)?)),
+            "updateStrategy" => (
+                seen.first(4)?,
+                update_strategy = s.nullable(stormservice_strategy)?,
+            ),
+            "revisionHistoryLimit" => (
+                seen.first(5)?,
+                revision_history_limit = s.nullable(Scanner::i32)?,
+            ),
+            "paused" => (seen.first(6)?, paused = s.nullable(Scanner::bool)?),
+            "disruptionTolerance" => (seen.first(7)?, disruption_tolerance = s.present()?),
+            "progressDeadlineSeconds" => (
+                seen.first(8)?,
+                progress_deadline_seconds = s.nullable(Scanner::i32)?,
+            ),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(StormServiceSpecView {
+        replicas,
+        // Required fields: without them serde refuses the spec.
+        selector: selector?,
+        stateful,
+        template: template?,
+        update_strategy,
+        revision_history_limit,
+        paused,
+        disruption_tolerance,
+        progress_deadline_seconds,
+    })
+}
+
+fn label_selector<'a>(s: &mut Scanner<'a>) -> Option<SelectorView<'a>> {
+    let (mut selector, mut seen) = (SelectorView::default(), Seen::default());
+    s.object(|s, key| {
+        match key {
+            "matchLabels" => (seen.first(0)?, selector.match_labels = s.nullable(labels)?),
+            // Rare; serde reads them.
+            "matchExpressions" => return None,
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(selector)
+}
+
+/// A map of strings; a repeated key keeps its last value, as serde's `BTreeMap` does.
+fn labels<'a>(s: &mut Scanner<'a>) -> Option<BTreeMap<Str<'a>, Str<'a>>> {
+    let mut labels = BTreeMap::new();
+    s.object(|s, key| {
+        labels.insert(Str(Cow::Borrowed(key)), s.str()?);
+        Some(())
+    })?;
+    Some(labels)
+}
+
+fn template_view<'a>(s: &mut Scanner<'a>) -> Option<TemplateView<'a>> {
+    let (mut metadata, mut spec, mut seen) = (None, None, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "metadata" => (seen.first(0)?, metadata = s.nullable(template_meta)?),
+            "spec" => (seen.first(1)?, spec = s.nullable(roleset_spec)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(TemplateView { metadata, spec })
+}
+
+fn template_meta<'a>(s: &mut Scanner<'a>) -> Option<TemplateMetaView<'a>> {
+    let (mut meta, mut seen) = (TemplateMetaView { labels: None }, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "labels" => (seen.first(0)?, meta.labels = s.nullable(labels)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(meta)
+}
+
+fn stormservice_strategy<'a>(s: &mut Scanner<'a>) -> Option<StormServiceStrategyView<'a>> {
+    let mut seen = Seen::default();
+    let mut strategy = StormServiceStrategyView {
+        type_: None,
+        max_unavailable: None,
+        max_surge: None,
+        canary: None,
+    };
+    s.object(|s, key| {
+        match key {
+            "type" => (
+                seen.first(0)?,
+                strategy.type_ = s.nullable(|s| match s.string()? {
+                    "RollingUpdate" => Some(StormServiceUpdateStrategyType::RollingUpdate),
+                    "InPlaceUpdate" => Some(StormServiceUpdateStrategyType::InPlaceUpdate),
+                    _ => None,
+                })?,
+            ),
+            "maxUnavailable" => (
+                seen.first(1)?,
+                strategy.max_unavailable = s.nullable(int_or_str)?,
+            ),
+            "maxSurge" => (seen.first(2)?, strategy.max_surge = s.nullable(int_or_str)?),
+            "canary" => (seen.first(3)?, strategy.canary = s.nullable(canary)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(strategy)
+}
+
+fn int_or_str<'a>(s: &mut Scanner<'a>) -> Option<IntOrStr<'a>> {
+    if s.peek()? == b'"' {
+        s.str().map(IntOrStr::Str)
+    } else {
+        s.i32().map(IntOrStr::Int)
+    }
+}
+
+fn canary<'a>(s: &mut Scanner<'a>) -> Option<CanaryView<'a>> {
+    let (mut steps, mut seen) = (None, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "steps" => (seen.first(0)?, steps = s.nullable(|s| s.list(step))?),
+            // Analyses are read by their own types; serde reads them.
+            "analysis" => return None,
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(CanaryView {
+        steps,
+        analysis: None,
+    })
+}
+
+fn step<'a>(s: &mut Scanner<'a>) -> Option<StepView<'a>> {
+    let (mut set_weight, mut pause, mut seen) = (None, None, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "setWeight" => (seen.first(0)?, set_weight = s.nullable(Scanner::i32)?),
+            "pause" => (seen.first(1)?, pause = s.nullable(pause_view)?),
+            "analysis" => return None,
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(StepView {
+        set_weight,
+        pause,
+        analysis: None,
+    })
+}
+
+fn pause_view<'a>(s: &mut Scanner<'a>) -> Option<PauseView<'a>> {
+    let (mut duration, mut seen) = (None, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "duration" => (seen.first(0)?, duration = s.nullable(int_or_str)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(PauseView { duration })
+}
+
+fn roleset_spec<'a>(s: &mut Scanner<'a>) -> Option<RoleSetSpecView<'a>> {
+    let mut seen = Seen::default();
+    let mut spec = RoleSetSpecView {
+        roles: None,
+        update_strategy: None,
+        scheduling_strategy: None,
+        topology_policy: None,
+    };
+    s.object(|s, key| {
+        match key {
+            "roles" => (seen.first(0)?, spec.roles = s.nullable(|s| s.list(role))?),
+            "updateStrategy" => (
+                seen.first(1)?,
+                spec.update_strategy = s.nullable(|s| match s.string()? {
+                    "Parallel" => Some(RoleSetUpdateStrategy::Parallel),
+                    "Sequential" => Some(RoleSetUpdateStrategy::Sequential),
+                    "Interleave" => Some(RoleSetUpdateStrategy::Interleave),
+                    _ => None,
+                })?,
+            ),
+            "schedulingStrategy" => (
+                seen.first(2)?,
+                spec.scheduling_strategy = s.nullable(scheduling)?,
+            ),
+            "topologyPolicy" => (seen.first(3)?, spec.topology_policy = s.present()?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(spec)
+}
+
+fn role<'a>(s: &mut Scanner<'a>) -> Option<RoleView<'a>> {
+    let mut seen = Seen::default();
+    let mut name = None;
+    let mut role = RoleView {
+        name: Str::default(),
+        replicas: None,
+        upgrade_order: None,
+        pod_group_size: None,
+        update_strategy: None,
+        stateful: None,
+        template: None,
+        disruption_tolerance: None,
+        scheduling_strategy: None,
+        rollout: None,
+    };
+    s.object(|s, key| {
+        match key {
+            "name" => (seen.first(0)?, name = Some(s.str()?)),
+            "replicas" => (seen.first(1)?, role.replicas = s.nullable(Scanner::i32)?),
+            "upgradeOrder" => (
+                seen.first(2)?,
+                role.upgrade_order = s.nullable(Scanner::i32)?,
+            ),
+            "podGroupSize" => (
+                seen.first(3)?,
+                role.pod_group_size = s.nullable(Scanner::i32)?,
+            ),
+            "updateStrategy" => (
+                seen.first(4)?,
+                role.update_strategy = s.nullable(role_strategy)?,
+            ),
+            "stateful" => (seen.first(5)?, role.stateful = s.nullable(Scanner::bool)?),
+            "template" => (seen.first(6)?, role.template = s.nullable(pod_template)?),
+            "disruptionTolerance" => (seen.first(7)?, role.disruption_tolerance = s.present()?),
+            "schedulingStrategy" => (
+                seen.first(8)?,
+                role.scheduling_strategy = s.nullable(scheduling)?,
+            ),
+            "rollout" => (seen.first(9)?, role.rollout = s.present()?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    // `name` is required.
+    role.name = name?;
+    Some(role)
+}
+
+fn role_strategy<'a>(s: &mut Scanner<'a>) -> Option<RoleStrategyView<'a>> {
+    let mut seen = Seen::default();
+    let mut strategy = RoleStrategyView {
+        type_: None,
+        max_unavailable: None,
+        max_surge: None,
+    };
+    s.object(|s, key| {
+        match key {
+            "type" => (
+                seen.first(0)?,
+                strategy.type_ = s.nullable(|s| match s.string()? {
+                    "Recreate" => Some(RoleUpdateStrategyType::Recreate),
+                    "InPlaceIfPossible" => Some(RoleUpdateStrategyType::InPlaceIfPossible),
+                    _ => None,
+                })?,
+            ),
+            "maxUnavailable" => (
+                seen.first(1)?,
+                strategy.max_unavailable = s.nullable(int_or_str)?,
+            ),
+            "maxSurge" => (seen.first(2)?, strategy.max_surge = s.nullable(int_or_str)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(strategy)
+}
+
+fn pod_template(s: &mut Scanner<'_>) -> Option<PodTemplateView> {
+    let (mut spec, mut seen) = (None, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "spec" => (seen.first(0)?, spec = s.nullable(pod_spec)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(PodTemplateView { spec })
+}
+
+fn pod_spec(s: &mut Scanner<'_>) -> Option<PodSpecView> {
+    let (mut containers, mut init_containers, mut seen) = (Count(0), None, Seen::default());
+    s.object(|s, key| {
+        match key {
+            "containers" => (seen.first(0)?, containers = count(s)?),
+            "initContainers" => (seen.first(1)?, init_containers = s.nullable(count)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(PodSpecView {
+        containers,
+        init_containers,
+    })
+}
+
+fn count(s: &mut Scanner<'_>) -> Option<Count> {
+    let mut count = 0;
+    s.array(|s| {
+        count += 1;
+        s.skip()
+    })?;
+    Some(Count(count))
+}
+
+fn scheduling(s: &mut Scanner<'_>) -> Option<SchedulingView> {
+    let mut seen = Seen::default();
+    let mut view = SchedulingView {
+        godel_scheduling_strategy: None,
+        coscheduling_scheduling_strategy: None,
+        volcano_scheduling_strategy: None,
+    };
+    s.object(|s, key| {
+        match key {
+            "godelSchedulingStrategy" => (
+                seen.first(0)?,
+                view.godel_scheduling_strategy = s.present()?,
+            ),
+            "coschedulingSchedulingStrategy" => (
+                seen.first(1)?,
+                view.coscheduling_scheduling_strategy = s.present()?,
+            ),
+            "volcanoSchedulingStrategy" => (
+                seen.first(2)?,
+                view.volcano_scheduling_strategy = s.present()?,
+            ),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    Some(view)
+}
