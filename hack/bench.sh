@@ -63,7 +63,7 @@ out = pathlib.Path("target/bench")
 table = "\n".join([
     f"Measured {datetime.date.today().isoformat()} by `make bench`.",
     "",
-    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler answers through the same layers — bounds, timeouts, decided where read — in the same run, each cell the median of three rounds taken in turn; CPU / req is the bench process's, client and server, user and kernel; a ratio is the no-op's cost over the webhook's, so 1.00× would cost nothing more):",
+    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler answers through the same layers — bounds, timeouts, decided where read — in the same run, each cell the median of five rounds taken in turn; CPU / req is the bench process's, client and server, user and kernel; a ratio is the no-op's cost over the webhook's, so 1.00× would cost nothing more):",
     "",
     (out / "admission.md").read_text().strip(),
     "",

@@ -250,7 +250,7 @@ impl Decision {
         out.extend_from_slice(
             br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
         );
-        write_json(&mut out, uid);
+        write_json_string(&mut out, uid);
         match &self.denial {
             None => out.extend_from_slice(br#","allowed":true,"status":{}"#),
             Some(denial) => {
@@ -320,6 +320,17 @@ fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
         let characters = (pair(n >> 12) | pair(n) << 16).to_le_bytes();
         let written = chunk.len() + 1;
         quad[..written].copy_from_slice(&characters[..written]);
+    }
+}
+
+/// Appends `text` as a JSON string: copied as it is unless it holds what JSON escapes.
+fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        write_json(out, text);
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
     }
 }
 
@@ -1361,6 +1372,14 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A uid is written as serde_json writes a string, whatever it holds.
+        #[test]
+        fn strings_are_written_as_serde_json_writes_them(text in ".{0,40}") {
+            let mut out = Vec::new();
+            write_json_string(&mut out, &text);
+            proptest::prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
+        }
+
         /// The patch's encoding is the standard one, padding included.
         #[test]
         fn base64_is_the_standard_encoding(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
