@@ -469,6 +469,22 @@ pub fn review_knowing(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<A
         .map_or_else(|| review_in_general(hook, body, cluster), Ok)
 }
 
+/// Whether the fast readings of `body` — the scanner's and serde's one pass — answer exactly
+/// as the general path does wherever they answer. For the fuzz target, which holds them to it
+/// on any body.
+#[doc(hidden)]
+pub fn fast_paths_agree(hook: Hook, body: &[u8]) -> bool {
+    let cluster = Cluster::default();
+    let general = review_in_general(hook, body, cluster);
+    let fast = [
+        review_scanned(hook, body, cluster),
+        review_in_one_pass(hook, body, cluster),
+    ];
+    fast.into_iter().flatten().all(
+        |answer| matches!(&general, Ok(g) if g.json == answer.json && g.verdict == answer.verdict),
+    )
+}
+
 /// [`review`] of any body: the review read first with its objects as JSON, which are then
 /// read for the rules.
 fn review_in_general(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<Answer, BadRequest> {
