@@ -601,11 +601,14 @@ fn decide_view(
 fn review_scanned(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answer> {
     let body = std::str::from_utf8(body).ok()?;
     let kind = hook.owned_kind();
-    if hook.is_mutating()
-        && kind == OwnedKind::StormService
-        && SIDECAR.find(body.as_bytes()).is_some()
-    {
-        return None; // sidecar injection reads the object whole
+    if hook.is_mutating() {
+        if kind == OwnedKind::StormService && SIDECAR.find(body.as_bytes()).is_some() {
+            return None; // sidecar injection reads the object whole
+        }
+    } else if names_stored_object(body.as_bytes()) {
+        // An update compares with the stored object, which serde reads: found before the
+        // object is scanned for nothing.
+        return None;
     }
     let (names, view) = scan_review(hook, body)?;
     let decision = decide_view(hook, body.len(), &view, None, cluster)?;
