@@ -36,6 +36,8 @@ pub struct Scanner<'a> {
     text: &'a str,
     at: usize,
     depth: usize,
+    /// Where plain strings end: see [`Stops`].
+    stops: Stops,
 }
 
 impl<'a> Scanner<'a> {
@@ -45,6 +47,7 @@ impl<'a> Scanner<'a> {
             text,
             at: 0,
             depth: 0,
+            stops: Stops::of(text.as_bytes()),
         }
     }
 
@@ -88,7 +91,7 @@ impl<'a> Scanner<'a> {
     pub fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let end = start + plain_length(&self.bytes()[start..]);
+        let end = self.stops.next(start);
         self.at = end;
         self.eat_raw(b'"')?;
         // Both ends are ASCII quotes, so both are character boundaries.
@@ -279,29 +282,70 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// How many bytes of `bytes` come before the first that ends a plain string: a quote, an
-/// escape or a control character. Eight bytes at a time (most strings end in the first eight):
-/// a byte that matches sets its top bit in `found`; bytes after the first may set it falsely,
-/// the lowest never does.
-fn plain_length(bytes: &[u8]) -> usize {
-    const ONES: u64 = u64::MAX / 255;
-    const TOPS: u64 = ONES << 7;
-    let zero_bytes = |v: u64| v.wrapping_sub(ONES) & !v & TOPS;
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        let found = zero_bytes(word ^ (ONES * u64::from(b'"')))
-            | zero_bytes(word ^ (ONES * u64::from(b'\\')))
-            | word.wrapping_sub(ONES * 0x20) & !word & TOPS;
-        if found != 0 {
-            return at + found.trailing_zeros() as usize / 8;
+/// One bit per byte of a document, set where a plain string ends: at a quote, an escape or a
+/// control character. Found for the whole document in one pass, eight bytes at a time, so
+/// that finding where a string ends is one look-up (a review's ~100 strings are mostly
+/// shorter than a word, and finding each one's end on its own cost more than the pass).
+struct Stops(Vec<u64>);
+
+impl Stops {
+    fn of(bytes: &[u8]) -> Self {
+        const ONES: u64 = u64::MAX / 255;
+        const LOWS: u64 = ONES * 0x7f;
+        // The top bit of each byte that stops a string. Exact for every byte: each byte's low
+        // seven bits are added to on their own, so nothing carries into the next.
+        let stops = |word: u64| {
+            let low = word & LOWS;
+            let not_quote = (low ^ (ONES * u64::from(b'"'))) + LOWS;
+            let not_escape = (low ^ (ONES * u64::from(b'\\'))) + LOWS;
+            let printable = low + ONES * (0x80 - 0x20);
+            !(not_quote & not_escape & printable | word) & !LOWS
+        };
+        // Gathers the top bit of each byte into eight bits, the first byte's lowest.
+        let gather = |tops: u64| (tops >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+        let mut bits = Vec::with_capacity(bytes.len() / 64 + 1);
+        let mut blocks = bytes.chunks_exact(64);
+        for block in &mut blocks {
+            let mut block_bits = 0;
+            for (i, word) in block.chunks_exact(8).enumerate() {
+                let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+                block_bits |= gather(stops(word)) << (8 * i);
+            }
+            bits.push(block_bits);
         }
-        at += 8;
+        // The rest a byte at a time; from the end on every position stops.
+        let rest = blocks.remainder();
+        let mut last = u64::MAX << rest.len();
+        for (i, &b) in rest.iter().enumerate() {
+            if b == b'"' || b == b'\\' || b < 0x20 {
+                last |= 1 << i;
+            }
+        }
+        bits.push(last);
+        Stops(bits)
     }
-    at + bytes[at..]
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .unwrap_or(bytes.len() - at)
+
+    /// The first position from `from` (at most the document's length) that stops a string:
+    /// the document's length if none does.
+    fn next(&self, from: usize) -> usize {
+        let mut word = from / 64;
+        let bits = self.word(word) >> (from % 64);
+        if bits != 0 {
+            return from + bits.trailing_zeros() as usize;
+        }
+        loop {
+            word += 1;
+            let bits = self.word(word);
+            if bits != 0 {
+                return word * 64 + bits.trailing_zeros() as usize;
+            }
+        }
+    }
+
+    /// Past the last word every position stops.
+    fn word(&self, i: usize) -> u64 {
+        self.0.get(i).copied().unwrap_or(u64::MAX)
+    }
 }
 
 /// The fields of one object read so far: serde refuses a repeated one, so a reader gives up.
@@ -721,4 +765,34 @@ fn scheduling(s: &mut Scanner<'_>) -> Option<SchedulingView> {
         Some(())
     })?;
     Some(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_string_ends_at_the_first_quote_escape_or_control_character(
+            // Bytes near the ones that stop a string ('"' ^ 1 is '#', '\\' ^ 1 is ']'), and
+            // any other byte.
+            bytes in prop::collection::vec(
+                prop_oneof![
+                    prop::sample::select(vec![b'"', b'#', b'\\', b']', 0, 0x1f, b' ', b'!', 0x7f, 0x80, 0xff]),
+                    any::<u8>(),
+                ],
+                0..200,
+            ),
+            from in 0usize..200,
+        ) {
+            let from = from.min(bytes.len());
+            let stops = Stops::of(&bytes);
+            let expected = bytes[from..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .map_or(bytes.len(), |at| from + at);
+            prop_assert_eq!(stops.next(from), expected);
+        }
+    }
 }
