@@ -102,21 +102,30 @@ impl<'a> Scanner<'a> {
         (self.bytes().get(self.at) == Some(&expected)).then(|| self.at += 1)
     }
 
-    /// An integer written without fraction or exponent.
+    /// An integer written without fraction or exponent (one beyond `i64` gives up).
     pub fn int(&mut self) -> Option<i64> {
         self.peek()?;
+        let sign = if self.eat_raw(b'-').is_some() { -1 } else { 1 };
         let start = self.at;
-        self.eat_raw(b'-');
-        let digits = self.digits();
-        let text = &self.text[start..self.at];
-        let leading_zero = digits > 1 && text.trim_start_matches('-').starts_with('0');
+        let mut value = 0i64;
+        while let Some(digit) = self.bytes().get(self.at).and_then(|b| b.checked_sub(b'0')) {
+            if digit > 9 {
+                break;
+            }
+            value = value
+                .checked_mul(10)?
+                .checked_add(sign * i64::from(digit))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        let leading_zero = digits > 1 && self.bytes()[start] == b'0';
         if digits == 0
             || leading_zero
             || matches!(self.bytes().get(self.at), Some(b'.' | b'e' | b'E'))
         {
             return None;
         }
-        text.parse().ok()
+        Some(value)
     }
 
     fn digits(&mut self) -> usize {
