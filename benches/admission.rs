@@ -11,6 +11,13 @@
 //! latency. Then the heap allocations one review makes (a counting allocator around the
 //! system one), for each webhook.
 //!
+//! The cells run twice: on every CPU the process may use, then with all its threads on one
+//! CPU. With two CPUs, client and server wake each other across CPUs for every request; on
+//! a virtual machine each such wake-up of an idle CPU goes through the hypervisor, and at
+//! concurrency 1 that is most of a request's CPU (measured on a 2-vCPU VM: a no-op request
+//! took 44 µs on two CPUs and 11 µs on one). It also grows with the handler's latency, so it
+//! multiplies what a webhook adds. On one CPU the figure is the work a request takes.
+//!
 //! Run with `make bench` (`cargo bench --bench admission`); each cell runs for
 //! `BENCH_SECONDS` (default 3) seconds, and `BENCH_REVIEWS` (default 1,000) reviews are
 //! counted (raise it to profile the handler with `perf record`). Loopback only.
@@ -23,6 +30,8 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use rustix::process::Pid;
+use rustix::thread::CpuSet;
 use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
@@ -185,6 +194,85 @@ async fn run_cell(
     }
 }
 
+/// Where the cells send their requests.
+struct Targets {
+    noop: SocketAddr,
+    webhooks: SocketAddr,
+    client_tls: Arc<rustls::ClientConfig>,
+    duration: Duration,
+}
+
+impl Targets {
+    /// Runs every cell, printing a line for each; the Markdown table of them.
+    async fn table(&self) -> String {
+        let mut table = String::from(
+            "| concurrency | no-op: CPU / req, req/s, p99 | mutate: CPU / req (ratio), req/s (ratio), p50 / p99 | validate: CPU / req (ratio), req/s (ratio), p50 / p99 |\n|---|---|---|---|\n",
+        );
+        for concurrency in [1, 16, 64] {
+            // ROUNDS rounds of no-op, mutate, validate in turn; each handler's median round (by
+            // CPU per request) is reported, so a noisy moment skews one round, not the ratio.
+            let targets = [
+                (self.noop, Hook::MutateStormService.path()),
+                (self.webhooks, Hook::MutateStormService.path()),
+                (self.webhooks, Hook::ValidateStormService.path()),
+            ];
+            let mut rounds: [Vec<Cell>; 3] = Default::default();
+            for _ in 0..ROUNDS {
+                for (i, (addr, path)) in targets.iter().enumerate() {
+                    let tls = self.client_tls.clone();
+                    rounds[i].push(run_cell(*addr, tls, path, concurrency, self.duration).await);
+                }
+            }
+            let [noop, mutate, validate] = rounds.map(median);
+            let print = |label: &str, cell: &Cell| {
+                // The ratios are the no-op's cost over the webhook's: 1.00× costs nothing more.
+                let cpu_ratio =
+                    noop.cpu_per_request().as_secs_f64() / cell.cpu_per_request().as_secs_f64();
+                let rate_ratio = cell.rate() / noop.rate();
+                println!(
+                    "{label:<10} {concurrency:>5} {:>12.2?} {:>10.0} {:>10.2?} {:>10.2?} {cpu_ratio:>5.2}x CPU, {rate_ratio:.2}x req/s",
+                    cell.cpu_per_request(),
+                    cell.rate(),
+                    cell.p50,
+                    cell.p99,
+                );
+                format!(
+                    "{:.1?} ({cpu_ratio:.2}×), {:.0} ({rate_ratio:.2}×), {:.2?} / {:.2?}",
+                    cell.cpu_per_request(),
+                    cell.rate(),
+                    cell.p50,
+                    cell.p99
+                )
+            };
+            print("no-op", &noop);
+            let cells = [print("mutate", &mutate), print("validate", &validate)];
+            table.push_str(&format!(
+                "| {concurrency} | {:.1?}, {:.0}, {:.2?} | {} | {} |\n",
+                noop.cpu_per_request(),
+                noop.rate(),
+                noop.p99,
+                cells[0],
+                cells[1]
+            ));
+        }
+        table
+    }
+}
+
+/// Sets the CPUs every thread of this process may run on.
+fn set_affinity(cpus: &CpuSet) {
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let tid = task
+            .expect("a thread")
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse().ok())
+            .and_then(Pid::from_raw)
+            .expect("a thread id");
+        rustix::thread::sched_setaffinity(Some(tid), cpus).expect("set a thread's CPUs");
+    }
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -247,57 +335,27 @@ async fn main() {
         "{:<10} {:>5} {:>12} {:>10} {:>10} {:>10} {:>10}",
         "handler", "conc", "CPU/req", "req/s", "p50", "p99", "vs no-op"
     );
-    let mut table = String::from(
-        "| concurrency | no-op: CPU / req, req/s, p99 | mutate: CPU / req (ratio), req/s (ratio), p50 / p99 | validate: CPU / req (ratio), req/s (ratio), p50 / p99 |\n|---|---|---|---|\n",
-    );
-    for concurrency in [1, 16, 64] {
-        let duration = Duration::from_secs(seconds);
-        // ROUNDS rounds of no-op, mutate, validate in turn; each handler's median round (by
-        // CPU per request) is reported, so a noisy moment skews one round, not the ratio.
-        let targets = [
-            (noop_addr, Hook::MutateStormService.path()),
-            (webhooks, Hook::MutateStormService.path()),
-            (webhooks, Hook::ValidateStormService.path()),
-        ];
-        let mut rounds: [Vec<Cell>; 3] = Default::default();
-        for _ in 0..ROUNDS {
-            for (i, (addr, path)) in targets.iter().enumerate() {
-                rounds[i]
-                    .push(run_cell(*addr, client_tls.clone(), path, concurrency, duration).await);
-            }
-        }
-        let [noop, mutate, validate] = rounds.map(median);
-        let print = |label: &str, cell: &Cell| {
-            // The ratios are the no-op's cost over the webhook's: 1.00× costs nothing more.
-            let cpu_ratio =
-                noop.cpu_per_request().as_secs_f64() / cell.cpu_per_request().as_secs_f64();
-            let rate_ratio = cell.rate() / noop.rate();
-            println!(
-                "{label:<10} {concurrency:>5} {:>12.2?} {:>10.0} {:>10.2?} {:>10.2?} {cpu_ratio:>5.2}x CPU, {rate_ratio:.2}x req/s",
-                cell.cpu_per_request(),
-                cell.rate(),
-                cell.p50,
-                cell.p99,
-            );
-            format!(
-                "{:.1?} ({cpu_ratio:.2}×), {:.0} ({rate_ratio:.2}×), {:.2?} / {:.2?}",
-                cell.cpu_per_request(),
-                cell.rate(),
-                cell.p50,
-                cell.p99
-            )
-        };
-        print("no-op", &noop);
-        let cells = [print("mutate", &mutate), print("validate", &validate)];
-        table.push_str(&format!(
-            "| {concurrency} | {:.1?}, {:.0}, {:.2?} | {} | {} |\n",
-            noop.cpu_per_request(),
-            noop.rate(),
-            noop.p99,
-            cells[0],
-            cells[1]
-        ));
-    }
+    let targets = Targets {
+        noop: noop_addr,
+        webhooks,
+        client_tls,
+        duration: Duration::from_secs(seconds),
+    };
+    let mut table = String::from("On every CPU (two here):\n\n");
+    table.push_str(&targets.table().await);
+    // Every thread of this process (tokio's workers, the review pool) on the first CPU it may
+    // use; threads started later inherit it.
+    let cpus = rustix::thread::sched_getaffinity(None).expect("this thread's CPUs");
+    let first = (0..CpuSet::MAX_CPU)
+        .find(|&cpu| cpus.is_set(cpu))
+        .expect("a CPU");
+    let mut one = CpuSet::new();
+    one.set(first);
+    set_affinity(&one);
+    println!("all threads on CPU {first}:");
+    table.push_str("\nOn one CPU (client and server share it):\n\n");
+    table.push_str(&targets.table().await);
+    set_affinity(&cpus);
     drop(stops);
 
     // Heap allocations per review, on this thread (the server's threads are idle now).

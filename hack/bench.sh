@@ -2,7 +2,8 @@
 # `make bench`: every benchmark in one run, then the README's benchmark table regenerated
 # between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers.
 #   - admission: mutate / validate vs a no-op handler through the same layers over TLS: CPU
-#     per request, req/s, latency, allocations per review (benches/admission.rs)
+#     per request, req/s, latency, on both CPUs and on one; allocations per review
+#     (benches/admission.rs)
 #   - planner: plans per second vs cloning the input (criterion, benches/planner.rs)
 #   - controller: scale, writes, CPU, memory, step latency on the local control plane, vs
 #     the API server's own pod-create rate (e2e/benches/controller.rs; BENCH_SERVICES,
@@ -63,7 +64,7 @@ out = pathlib.Path("target/bench")
 table = "\n".join([
     f"Measured {datetime.date.today().isoformat()} by `make bench`.",
     "",
-    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler answers through the same layers — bounds, timeouts, decided where read — in the same run, each cell the median of five rounds taken in turn; CPU / req is the bench process's, client and server, user and kernel; a ratio is the no-op's cost over the webhook's, so 1.00× would cost nothing more):",
+    "Admission (TLS + HTTP/1.1 keep-alive on loopback, a three-role canary StormService review; the no-op handler answers through the same layers — bounds, timeouts, decided where read — in the same run, each cell the median of five rounds taken in turn; CPU / req is the bench process's, client and server, user and kernel; a ratio is the no-op's cost over the webhook's, so 1.00× would cost nothing more). The cells run twice: on both CPUs, then with every thread of the bench on one CPU, where the figure is the work a request takes. On two CPUs client and server wake each other across CPUs for every request; on this virtual machine such a wake-up of an idle CPU goes through the hypervisor, is most of a request's CPU at concurrency 1, and grows with the handler's latency:",
     "",
     (out / "admission.md").read_text().strip(),
     "",
