@@ -259,7 +259,8 @@ impl Targets {
     }
 }
 
-/// Sets the CPUs every thread of this process may run on.
+/// Sets the CPUs every thread of this process may run on (a thread that has ended since it
+/// was listed is passed over).
 fn set_affinity(cpus: &CpuSet) {
     for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
         let tid = task
@@ -269,7 +270,10 @@ fn set_affinity(cpus: &CpuSet) {
             .and_then(|t| t.parse().ok())
             .and_then(Pid::from_raw)
             .expect("a thread id");
-        rustix::thread::sched_setaffinity(Some(tid), cpus).expect("set a thread's CPUs");
+        match rustix::thread::sched_setaffinity(Some(tid), cpus) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+            Err(e) => panic!("setting thread {tid:?}'s CPUs: {e}"),
+        }
     }
 }
 
