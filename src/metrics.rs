@@ -163,6 +163,8 @@ pub struct Metrics {
     api_requests: Family<WriteLabels, Counter>,
     cache_objects: Family<KindLabels, Gauge>,
     cache_bytes: Family<KindLabels, Gauge>,
+    foreign_owner_claims: Family<KindLabels, Counter>,
+    undecodable_objects: Family<KindLabels, Gauge>,
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
@@ -308,6 +310,20 @@ impl Default for Metrics {
             "Size of the objects held in the shared caches (as JSON), by resource",
             cache_bytes.clone(),
         );
+        let foreign_owner_claims = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "squall_foreign_owner_claims",
+            "Children ignored because their controller ownerReference names an owner in another \
+             namespace (a namespaced owner only ever owns children in its own namespace)",
+            foreign_owner_claims.clone(),
+        );
+        let undecodable_objects = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "squall_undecodable_objects",
+            "Watched objects the shared caches skip because they fail to decode (each is logged \
+             by namespace and name, and served again once fixed)",
+            undecodable_objects.clone(),
+        );
         let reconciles = Family::<ReconcileLabels, Counter>::default();
         registry.register(
             "squall_reconciles",
@@ -347,6 +363,8 @@ impl Default for Metrics {
             api_requests,
             cache_objects,
             cache_bytes,
+            foreign_owner_claims,
+            undecodable_objects,
             leader,
             aibrix_controller_active,
             step_transitions,
@@ -419,6 +437,24 @@ impl Metrics {
         self.cache_bytes
             .get_or_create(&labels)
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one child ignored for claiming an owner in another namespace.
+    pub fn foreign_owner_claim(&self, resource: &str) {
+        self.foreign_owner_claims
+            .get_or_create(&KindLabels {
+                resource: resource.into(),
+            })
+            .inc();
+    }
+
+    /// How many watched objects of `resource` the cache skips because they fail to decode.
+    pub fn undecodable_objects(&self, resource: &str, count: usize) {
+        self.undecodable_objects
+            .get_or_create(&KindLabels {
+                resource: resource.into(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts one canary analysis measurement: whether the provider gave a number.

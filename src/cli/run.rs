@@ -316,6 +316,10 @@ impl TryFrom<&RunArgs> for Settings {
     }
 }
 
+/// How long a shutdown waits for the controllers to stop: well inside the 30 s a pod is given
+/// by default between SIGTERM and SIGKILL, leaving time to deregister and release the Lease.
+const CONTROLLERS_STOP_BOUND: Duration = Duration::from_secs(15);
+
 /// Starts every task `settings` asks for and runs until SIGTERM or SIGINT — or until the
 /// controllers stop with an error. Either way the same shutdown follows: servers drained,
 /// controllers stopped (releasing the Lease), registered configurations removed.
@@ -390,8 +394,12 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         let (config, metrics, stop) = (config.clone(), metrics.clone(), shutdown_rx.clone());
         tokio::spawn(async move {
             // The controllers start only once the webhooks are verifiably reachable.
+            let mut stopped = stop.clone();
             while readiness.check().await.is_err() {
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = stopped.changed() => return Ok(()),
+                }
             }
             tracing::info!("ready: the served certificate verifies against the injected caBundle");
             run_controllers(config, metrics, controllers, crds_rx, providers, stop).await
@@ -422,7 +430,16 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let _ = shutdown_tx.send(true);
     let _ = tokio::join!(webhooks, admin);
     if let Some(controllers) = controllers {
-        let _ = controllers.await;
+        // Reconciles in flight finish their step; one that hangs does not hold the process
+        // past the pod's termination grace period.
+        let abort = controllers.abort_handle();
+        if tokio::time::timeout(CONTROLLERS_STOP_BOUND, controllers)
+            .await
+            .is_err()
+        {
+            tracing::warn!(bound = ?CONTROLLERS_STOP_BOUND, "controllers did not stop in time; cancelled");
+            abort.abort();
+        }
     }
     publisher.abort();
     crd_lookup.abort();

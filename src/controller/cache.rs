@@ -3,12 +3,19 @@
 //! them from the API server — the informer design of Kubernetes' own controllers.
 //!
 //! Each [`Cache`] keeps a kube reflector [`Store`] (what the controllers' queues read their
-//! primaries from) and an index of the same objects by the UID of their controlling owner
-//! (what reconciles read children from). Objects are made lean before they are stored, and
-//! every change — deletions included — is fanned out to the controllers that subscribed, after
-//! the store and the index hold it, so a reconcile it triggers sees it.
+//! primaries from) and an index of the same objects by their controlling owner (what
+//! reconciles read children from). Objects are decoded one at a time ([`Decoded`]), made lean
+//! before they are stored, and every change — deletions included — is fanned out to the
+//! controllers that subscribed, after the store and the index hold it, so a reconcile it
+//! triggers sees it.
+//!
+//! Ownership is namespaced, as the garbage collector's is: a child counts for an owner only
+//! in the owner's own namespace. The index is keyed by (owner UID, namespace) and children by
+//! name within it, so a tenant's pod in namespace A that names a RoleSet of namespace B as its
+//! controller (its UID, one of B's pod names) is never one of B's children; it is reported
+//! once and counted (`squall_foreign_owner_claims`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
@@ -21,6 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::decoded::Decoded;
 use crate::metrics::Metrics;
 
 /// Changes waiting for one subscribed controller. Bounded: a controller that stops taking
@@ -50,10 +58,16 @@ struct Entry<K> {
     bytes: usize,
 }
 
+/// Children by their controlling owner's UID, then their own namespace, then name.
+type ByOwner<K> = HashMap<String, HashMap<String, BTreeMap<String, Arc<K>>>>;
+
 struct Index<K: Resource<DynamicType = ()>> {
     entries: HashMap<ObjectRef<K>, Entry<K>>,
-    by_owner: HashMap<String, BTreeMap<String, Arc<K>>>,
+    by_owner: ByOwner<K>,
     bytes: usize,
+    /// Children already reported for claiming an owner in another namespace (each is
+    /// reported once while it is stored).
+    foreign: HashSet<ObjectRef<K>>,
 }
 
 impl<K: Resource<DynamicType = ()>> Default for Index<K> {
@@ -62,9 +76,14 @@ impl<K: Resource<DynamicType = ()>> Default for Index<K> {
             entries: HashMap::new(),
             by_owner: HashMap::new(),
             bytes: 0,
+            foreign: HashSet::new(),
         }
     }
 }
+
+/// What a cache knows of the watched objects that do not decode whole, by key: the version
+/// last reported, and why.
+type Problems<K> = HashMap<ObjectRef<K>, (Option<String>, String)>;
 
 /// The UID of `object`'s controlling owner.
 pub fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<String> {
@@ -104,7 +123,7 @@ where
     /// A cache of the objects `api` lists under `config`, keeping those `keep` accepts; run
     /// the returned driver to fill it.
     pub fn new(
-        api: Api<K>,
+        api: Api<Decoded<K>>,
         config: watcher::Config,
         keep: Keep<K>,
         metrics: Arc<Metrics>,
@@ -122,6 +141,8 @@ where
             writer,
             api,
             config,
+            problems: Problems::default(),
+            relisted_problems: Problems::default(),
         };
         (cache, driver)
     }
@@ -154,13 +175,28 @@ where
         let _ = self.reader.wait_until_ready().await;
     }
 
-    /// The stored objects whose controlling owner has `uid`, by name.
-    pub fn owned_by(&self, uid: &str) -> Vec<Arc<K>> {
-        self.index
-            .lock()
-            .expect("index lock")
-            .by_owner
-            .get(uid)
+    /// The stored objects in `namespace` whose controlling owner has `uid`, by name. Objects
+    /// elsewhere that claim the same owner are not its children: each is reported once.
+    pub fn owned_by(&self, namespace: &str, uid: &str) -> Vec<Arc<K>> {
+        let mut index = self.index.lock().expect("index lock");
+        let Index {
+            by_owner, foreign, ..
+        } = &mut *index;
+        let Some(claims) = by_owner.get(uid) else {
+            return Vec::new();
+        };
+        for (elsewhere, children) in claims.iter().filter(|(ns, _)| *ns != namespace) {
+            for name in children.keys() {
+                if foreign.insert(ObjectRef::new(name).within(elsewhere)) {
+                    self.metrics.foreign_owner_claim(&K::plural(&()));
+                    tracing::warn!(resource = %K::plural(&()), namespace = %elsewhere, %name,
+                        owner_namespace = %namespace, owner_uid = %uid,
+                        "ignored: its controller ownerReference names an owner in another namespace");
+                }
+            }
+        }
+        claims
+            .get(namespace)
             .map(|children| children.values().cloned().collect())
             .unwrap_or_default()
     }
@@ -171,13 +207,20 @@ where
     }
 
     fn unindex(index: &mut Index<K>, key: &ObjectRef<K>) {
+        index.foreign.remove(key);
         if let Some(entry) = index.entries.remove(key) {
             index.bytes -= entry.bytes;
+            let namespace = key.namespace.as_deref().unwrap_or_default();
             if let Some(owner) = entry.owner
-                && let Some(children) = index.by_owner.get_mut(&owner)
+                && let Some(claims) = index.by_owner.get_mut(&owner)
             {
-                children.remove(&key.name);
-                if children.is_empty() {
+                if let Some(children) = claims.get_mut(namespace) {
+                    children.remove(&key.name);
+                    if children.is_empty() {
+                        claims.remove(namespace);
+                    }
+                }
+                if claims.is_empty() {
                     index.by_owner.remove(&owner);
                 }
             }
@@ -192,6 +235,8 @@ where
             index
                 .by_owner
                 .entry(owner.clone())
+                .or_default()
+                .entry(key.namespace.clone().unwrap_or_default())
                 .or_default()
                 .insert(key.name.clone(), object.clone());
         }
@@ -213,12 +258,24 @@ where
     }
 }
 
+/// What a watch event of one object does to the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Apply,
+    Relist,
+    Delete,
+}
+
 /// Fills one [`Cache`] from its watch and fans changes out to the subscribers.
 pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
     cache: Arc<Cache<K>>,
     writer: Writer<K>,
-    api: Api<K>,
+    api: Api<Decoded<K>>,
     config: watcher::Config,
+    /// The stored objects that do not decode whole.
+    problems: Problems<K>,
+    /// The same, as the (re)list in progress finds them.
+    relisted_problems: Problems<K>,
 }
 
 impl<K> Driver<K>
@@ -232,17 +289,87 @@ where
         let mut events = std::pin::pin!(
             watcher(self.api.clone(), self.config.clone())
                 .default_backoff()
-                .modify(make_lean::<K>)
+                .modify(make_lean::<Decoded<K>>)
         );
         while let Some(event) = events.next().await {
             match event {
                 Ok(event) => {
+                    let Some(event) = self.admit(event) else {
+                        continue;
+                    };
                     let changed = self.apply(event);
                     self.fan_out(changed).await;
                 }
                 Err(error) => tracing::warn!(%kind, %error, "watch failed; retrying"),
             }
         }
+    }
+
+    /// The event the store applies for one decoded event. An object that does not decode
+    /// whole is reported (once per version). One without even a spec changes nothing: the
+    /// cache keeps what it last held of it (across a relist too) until it decodes again.
+    fn admit(&mut self, event: watcher::Event<Decoded<K>>) -> Option<watcher::Event<K>> {
+        let (decoded, step) = match event {
+            watcher::Event::Init => {
+                self.relisted_problems.clear();
+                return Some(watcher::Event::Init);
+            }
+            watcher::Event::InitDone => {
+                self.problems = std::mem::take(&mut self.relisted_problems);
+                self.report_problems();
+                return Some(watcher::Event::InitDone);
+            }
+            watcher::Event::Apply(decoded) => (decoded, Step::Apply),
+            watcher::Event::InitApply(decoded) => (decoded, Step::Relist),
+            watcher::Event::Delete(decoded) => (decoded, Step::Delete),
+        };
+        let meta = kube::Resource::meta(&decoded);
+        let key = ObjectRef::<K>::new(meta.name.as_deref().unwrap_or_default())
+            .within(meta.namespace.as_deref().unwrap_or_default());
+        let version = meta.resource_version.clone();
+        let reported =
+            |problems: &Problems<K>| problems.get(&key).is_some_and(|(seen, _)| *seen == version);
+        let already_reported = reported(&self.problems) || reported(&self.relisted_problems);
+        let problems = match step {
+            Step::Relist => &mut self.relisted_problems,
+            Step::Apply | Step::Delete => &mut self.problems,
+        };
+        match decoded.problem() {
+            Some(reason) if step != Step::Delete => {
+                if !already_reported {
+                    let kept = if matches!(decoded, Decoded::WithoutStatus(..)) {
+                        "served without its status, which the controller derives afresh"
+                    } else {
+                        "skipped: the cache keeps what it held of it, if anything"
+                    };
+                    tracing::warn!(resource = %K::plural(&()), namespace = key.namespace.as_deref().unwrap_or_default(),
+                        name = %key.name, %reason, "stored object does not decode; {kept}");
+                }
+                problems.insert(key.clone(), (version, reason.to_string()));
+            }
+            _ => {
+                problems.remove(&key);
+            }
+        }
+        if step != Step::Relist {
+            self.report_problems();
+        }
+        let object = match decoded.into_object() {
+            Some(object) => object,
+            None if step == Step::Apply => return None,
+            None => (*self.cache.reader.get(&key)?).clone(),
+        };
+        Some(match step {
+            Step::Apply => watcher::Event::Apply(object),
+            Step::Relist => watcher::Event::InitApply(object),
+            Step::Delete => watcher::Event::Delete(object),
+        })
+    }
+
+    fn report_problems(&self) {
+        self.cache
+            .metrics
+            .undecodable_objects(&K::plural(&()), self.problems.len());
     }
 
     /// Applies one watch event to the store and the index; returns the changed objects.
@@ -376,7 +503,7 @@ mod tests {
         // Not controlled by a RoleSet: never stored.
         driver.apply(watcher::Event::InitApply(pod("stray", None, "1")));
         assert!(
-            cache.owned_by("u1").is_empty(),
+            cache.owned_by("ns", "u1").is_empty(),
             "nothing before the list is complete"
         );
         let changed = driver.apply(watcher::Event::InitDone);
@@ -385,34 +512,34 @@ mod tests {
             3,
             "the first list triggers everything"
         );
-        assert_eq!(names(&cache.owned_by("u1")), ["a", "b"]);
+        assert_eq!(names(&cache.owned_by("ns", "u1")), ["a", "b"]);
         assert!(cache.get("ns", "stray").is_none());
 
         // Updated, deleted, re-owned.
         let changed = driver.apply(watcher::Event::Apply(lean(pod("a", Some("u1"), "2"))));
         assert_eq!(names(&changed), ["a"]);
         assert_eq!(
-            cache.owned_by("u1")[0].resource_version().as_deref(),
+            cache.owned_by("ns", "u1")[0].resource_version().as_deref(),
             Some("2")
         );
         let changed = driver.apply(watcher::Event::Delete(lean(pod("b", Some("u1"), "3"))));
         assert_eq!(names(&changed), ["b"], "a deletion triggers its owner too");
-        assert_eq!(names(&cache.owned_by("u1")), ["a"]);
+        assert_eq!(names(&cache.owned_by("ns", "u1")), ["a"]);
         driver.apply(watcher::Event::Apply(lean(pod("c", Some("u1"), "4"))));
-        assert_eq!(names(&cache.owned_by("u1")), ["a", "c"]);
+        assert_eq!(names(&cache.owned_by("ns", "u1")), ["a", "c"]);
         assert!(
-            cache.owned_by("u2").is_empty(),
+            cache.owned_by("ns", "u2").is_empty(),
             "a child moves with its owner"
         );
         // Orphaned: leaves the cache.
         driver.apply(watcher::Event::Apply(pod("a", None, "5")));
-        assert_eq!(names(&cache.owned_by("u1")), ["c"]);
+        assert_eq!(names(&cache.owned_by("ns", "u1")), ["c"]);
 
         // A relist replaces everything at once.
         driver.apply(watcher::Event::Init);
         driver.apply(watcher::Event::InitApply(lean(pod("d", Some("u3"), "6"))));
         assert_eq!(
-            names(&cache.owned_by("u1")),
+            names(&cache.owned_by("ns", "u1")),
             ["c"],
             "the old view holds until InitDone"
         );
@@ -423,9 +550,11 @@ mod tests {
             ["c", "d"],
             "what vanished meanwhile is a change too"
         );
-        assert!(cache.owned_by("u1").is_empty());
-        assert_eq!(names(&cache.owned_by("u3")), ["d"]);
-        let stored = serde_json::to_vec(&*cache.owned_by("u3")[0]).unwrap().len();
+        assert!(cache.owned_by("ns", "u1").is_empty());
+        assert_eq!(names(&cache.owned_by("ns", "u3")), ["d"]);
+        let stored = serde_json::to_vec(&*cache.owned_by("ns", "u3")[0])
+            .unwrap()
+            .len();
         let index = cache.index.lock().unwrap();
         assert_eq!(index.entries.len(), 1);
         assert_eq!(index.bytes, stored, "the size follows what is stored");
@@ -444,6 +573,136 @@ mod tests {
         assert!(p.metadata.managed_fields.is_none());
         assert_eq!(p.annotations().len(), 1);
         assert_eq!(p.annotations()["keep"], "me");
+    }
+
+    fn within(mut p: Pod, namespace: &str) -> Pod {
+        p.metadata.namespace = Some(namespace.into());
+        p
+    }
+
+    #[tokio::test]
+    async fn a_child_that_claims_an_owner_in_another_namespace_is_never_its_child() {
+        let (cache, mut driver) = cache();
+        driver.apply(watcher::Event::Init);
+        driver.apply(watcher::Event::InitApply(lean(pod("a", Some("u1"), "1"))));
+        driver.apply(watcher::Event::InitDone);
+        // The tenant of namespace "other" names the owner's UID and its child's name.
+        let shadow = within(pod("a", Some("u1"), "2"), "other");
+        driver.apply(watcher::Event::Apply(lean(shadow.clone())));
+        let children = cache.owned_by("ns", "u1");
+        assert_eq!(names(&children), ["a"]);
+        assert_eq!(children[0].namespace().as_deref(), Some("ns"));
+        assert_eq!(
+            children[0].resource_version().as_deref(),
+            Some("1"),
+            "the owner's own child is kept, not the shadow"
+        );
+        cache.owned_by("ns", "u1");
+        let claims = cache.metrics.render();
+        assert!(
+            claims.contains("squall_foreign_owner_claims_total{resource=\"pods\"} 1"),
+            "reported once however often the owner reads: {claims}"
+        );
+        // When the shadow goes, the owner's child is still there.
+        driver.apply(watcher::Event::Delete(lean(shadow)));
+        assert_eq!(names(&cache.owned_by("ns", "u1")), ["a"]);
+        assert!(cache.owned_by("other", "u1").is_empty());
+    }
+
+    fn decoded(json: serde_json::Value) -> Decoded<Pod> {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn pod_json(rv: &str, status: serde_json::Value, spec: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                "ownerReferences": [{"apiVersion": "orchestration.aibrix.ai/v1alpha1",
+                    "kind": "RoleSet", "name": "r", "uid": "u1", "controller": true}]},
+            "spec": spec,
+            "status": status,
+        })
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_object_is_reported_and_the_last_good_version_is_kept() {
+        let (cache, mut driver) = cache();
+        let good = serde_json::json!({"containers": []});
+        let bad_spec = serde_json::json!({"containers": 7});
+        driver.admit(watcher::Event::Init);
+        let event = driver.admit(watcher::Event::InitApply(decoded(pod_json(
+            "1",
+            serde_json::json!({}),
+            good.clone(),
+        ))));
+        driver.apply(event.expect("a whole object"));
+        let done = driver.admit(watcher::Event::InitDone).unwrap();
+        driver.apply(done);
+        assert!(driver.problems.is_empty());
+
+        // Its spec breaks: nothing changes in the store, and it is reported.
+        let event = driver.admit(watcher::Event::Apply(decoded(pod_json(
+            "2",
+            serde_json::json!({}),
+            bad_spec.clone(),
+        ))));
+        assert!(event.is_none(), "an unreadable update is not applied");
+        assert_eq!(
+            cache.get("ns", "a").unwrap().resource_version().as_deref(),
+            Some("1")
+        );
+        assert!(
+            driver.problems[&ObjectRef::new("a").within("ns")]
+                .1
+                .starts_with("spec.containers")
+        );
+        assert!(
+            cache
+                .metrics
+                .render()
+                .contains("squall_undecodable_objects{resource=\"pods\"} 1")
+        );
+
+        // A relist that finds it still unreadable keeps the last good version.
+        driver.admit(watcher::Event::Init);
+        let event = driver.admit(watcher::Event::InitApply(decoded(pod_json(
+            "2",
+            serde_json::json!({}),
+            bad_spec,
+        ))));
+        driver.apply(event.expect("the version held"));
+        let done = driver.admit(watcher::Event::InitDone).unwrap();
+        driver.apply(done);
+        assert_eq!(
+            cache.get("ns", "a").unwrap().resource_version().as_deref(),
+            Some("1")
+        );
+        assert_eq!(driver.problems.len(), 1, "still reported after the relist");
+
+        // A bad status alone: served without it.
+        let event = driver.admit(watcher::Event::Apply(decoded(pod_json(
+            "3",
+            serde_json::json!({"phase": 9}),
+            good.clone(),
+        ))));
+        driver.apply(event.expect("served without status"));
+        let stored = cache.get("ns", "a").unwrap();
+        assert_eq!(stored.resource_version().as_deref(), Some("3"));
+        assert!(stored.status.is_none());
+
+        // Fixed: picked up again, no longer reported.
+        let event = driver.admit(watcher::Event::Apply(decoded(pod_json(
+            "4",
+            serde_json::json!({"phase": "Running"}),
+            good,
+        ))));
+        driver.apply(event.unwrap());
+        assert!(driver.problems.is_empty());
+        assert!(
+            cache
+                .metrics
+                .render()
+                .contains("squall_undecodable_objects{resource=\"pods\"} 0")
+        );
     }
 
     #[tokio::test]

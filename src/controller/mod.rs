@@ -6,6 +6,7 @@
 pub mod aibrix_guard;
 pub mod analysis;
 pub mod cache;
+pub mod decoded;
 pub mod podgroups;
 pub mod podset;
 pub mod revision;
@@ -192,7 +193,7 @@ impl Caches {
         macro_rules! cache {
             ($kind:ty, $config:expr, $keep:expr) => {{
                 let (cache, driver) = Cache::<$kind>::new(
-                    scoped::<$kind>(client, namespace),
+                    scoped::<decoded::Decoded<$kind>>(client, namespace),
                     $config,
                     $keep,
                     metrics.clone(),
@@ -784,14 +785,30 @@ where
         .meta()
         .uid
         .as_deref()
-        .map(|uid| cache.owned_by(uid))
+        .map(|uid| {
+            let namespace = owner.meta().namespace.as_deref().unwrap_or_default();
+            cache.owned_by(namespace, uid)
+        })
         .unwrap_or_default()
 }
 
-/// Deletes a child (already gone is fine), counting the write.
+/// The UIDs of `children`, by name: every delete names the object it means by UID too.
+pub fn uids<'a, K: kube::Resource + 'a>(
+    children: impl IntoIterator<Item = &'a K>,
+) -> HashMap<String, String> {
+    children
+        .into_iter()
+        .filter_map(|c| Some((c.meta().name.clone()?, c.meta().uid.clone()?)))
+        .collect()
+}
+
+/// Deletes the child `name` if it is still the object with `uid` (already gone, or replaced
+/// by a namesake, is fine: the child meant is gone), counting the write. A child squall has
+/// not observed (no UID) is never deleted: the name alone could be anyone's object.
 pub async fn delete_child<K>(
     api: &Api<K>,
     name: &str,
+    uid: Option<&String>,
     ctx: &Context,
     controller: &str,
     resource: &str,
@@ -799,28 +816,52 @@ pub async fn delete_child<K>(
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    match api
-        .delete(name, &kube::api::DeleteParams::background())
-        .await
-    {
+    let Some(uid) = uid else {
+        tracing::debug!(%name, resource, "not deleted: not observed as a child");
+        return Ok(());
+    };
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
         Ok(_) => {
             ctx.metrics.api_write(controller, "delete", resource);
             Ok(())
         }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        // 409: the precondition failed, the name now holds another object.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
 
-/// A child as ordered deletion sees it: its name, and whether it is already going away.
-pub type Going = (String, bool);
+/// A child as ordered deletion sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Going {
+    /// Its name.
+    pub name: String,
+    /// Its UID (the delete's precondition).
+    pub uid: String,
+    /// Whether it is already going away.
+    pub terminating: bool,
+}
+
+impl Going {
+    fn of(meta: &kube::api::ObjectMeta) -> Self {
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            terminating: meta.deletion_timestamp.is_some(),
+        }
+    }
+}
 
 /// What ordered deletion needs of cached children.
 pub fn going<K: kube::Resource>(children: &[Arc<K>]) -> Vec<Going> {
-    children
-        .iter()
-        .map(|c| (c.name_any(), c.meta().deletion_timestamp.is_some()))
-        .collect()
+    children.iter().map(|c| Going::of(c.meta())).collect()
 }
 
 /// The children of kind `K` the API server itself still holds of `owner`: those carrying
@@ -855,12 +896,7 @@ where
         .items
         .iter()
         .filter(|child| cache::controller_uid(&child.metadata).as_deref() == meta.uid.as_deref())
-        .map(|child| {
-            (
-                child.name_any(),
-                child.metadata.deletion_timestamp.is_some(),
-            )
-        })
+        .map(|child| Going::of(&child.metadata))
         .collect())
 }
 
@@ -885,17 +921,29 @@ where
     }
     let key = Context::key(owner);
     let role = format!("cleanup/{resource}");
-    let pending = ctx.observe(&key, &role, children.iter().cloned());
+    let pending = ctx.observe(
+        &key,
+        &role,
+        children.iter().map(|c| (c.name.clone(), c.terminating)),
+    );
     let api: Api<K> = Api::namespaced(
         ctx.client.clone(),
         owner.meta().namespace.as_deref().unwrap_or_default(),
     );
-    for (name, _) in children
+    for child in children
         .iter()
-        .filter(|(name, terminating)| !terminating && !pending.deletes.contains(name))
+        .filter(|c| !c.terminating && !pending.deletes.contains(&c.name))
     {
-        delete_child(&api, name, ctx, controller, resource).await?;
-        ctx.expect_delete(&key, &role, name);
+        delete_child(
+            &api,
+            &child.name,
+            Some(&child.uid),
+            ctx,
+            controller,
+            resource,
+        )
+        .await?;
+        ctx.expect_delete(&key, &role, &child.name);
     }
     Ok(())
 }
@@ -1090,12 +1138,16 @@ async fn run_scope(
         ),
         stormservice::reconcile,
         context(&clients.stormservice),
-        shutdown,
+        shutdown.clone(),
     );
     let watches = futures::future::join_all(drivers);
     let controllers = async {
-        // Reconciling before every cache is filled would see children as missing.
-        caches.ready().await;
+        // Reconciling before every cache is filled would see children as missing; a cache
+        // that never fills never holds a shutdown up.
+        tokio::select! {
+            () = caches.ready() => {}
+            () = shutdown => return,
+        }
         tracing::info!(
             namespace = namespace.unwrap_or("*"),
             "caches filled; reconciling"
@@ -1137,13 +1189,17 @@ mod tests {
             "metadata": {"name": "rs", "namespace": "ns", "uid": "rs-uid"}, "spec": {}
         }))
         .unwrap();
-        let children = vec![("rs-decode-a".to_string(), false)];
+        let children = vec![Going {
+            name: "rs-decode-a".into(),
+            uid: "pod-uid".into(),
+            terminating: false,
+        }];
         let sent = delete_remaining::<k8s_openapi::api::core::v1::Pod>(
             &ctx, &owner, &children, "roleset", "pods",
         )
         .await;
         assert!(sent.is_err(), "the request failed");
-        let pending = ctx.observe("rs-uid", "cleanup/pods", children);
+        let pending = ctx.observe("rs-uid", "cleanup/pods", [("rs-decode-a".into(), false)]);
         assert!(
             pending.deletes.is_empty(),
             "a failed delete is not awaited: {:?}",

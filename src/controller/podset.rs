@@ -12,7 +12,8 @@ use serde_json::json;
 
 use super::podgroups::{self, GANG_WAIT, Gang};
 use super::{
-    Context, Error, delete_child, delete_remaining, finalized, going, live_children, owned_children,
+    Context, Error, delete_child, delete_remaining, finalized, going, live_children,
+    owned_children, uids,
 };
 use crate::api::keys::{
     FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
@@ -82,8 +83,9 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     );
     let api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+    let uids = uids(pods.iter().map(|p| &**p));
     for name in &action.delete {
-        delete_child(&api, name, ctx, "podset", "pods").await?;
+        delete_child(&api, name, uids.get(name), ctx, "podset", "pods").await?;
     }
     // A role-level strategy's PodGroup, one per PodSet, comes before the gang's pods (the
     // RoleSet reports a missing CRD; the pods are created without it then).

@@ -9,7 +9,7 @@
 //! `Interleave` ordering, holding back a role's `rollout.partition`
 //! (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use serde_json::json;
 use super::podgroups::{self, GANG_WAIT, Gang};
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, refusal,
+    owned_children, refusal, uids,
 };
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
@@ -86,8 +86,13 @@ async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     )))
 }
 
-async fn delete_pod(api: &Api<Pod>, name: &str, ctx: &Context) -> Result<(), Error> {
-    delete_child(api, name, ctx, "roleset", "pods").await
+async fn delete_pod(
+    api: &Api<Pod>,
+    name: &str,
+    uids: &HashMap<String, String>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    delete_child(api, name, uids.get(name), ctx, "roleset", "pods").await
 }
 
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
@@ -168,6 +173,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let namespace = roleset.namespace().unwrap_or_default();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let podsets_api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pod_uids = uids(pods.iter().map(|p| &**p));
+    let podset_uids = uids(podsets.iter().map(|p| &**p));
     if !pass.retired_pods.is_empty() || !pass.retired_podsets.is_empty() {
         tracing::info!(
             pods = pass.retired_pods.len(),
@@ -176,10 +183,11 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         );
     }
     for name in pass.orphan_pods.iter().chain(&pass.retired_pods) {
-        delete_pod(&pods_api, name, ctx).await?;
+        delete_pod(&pods_api, name, &pod_uids, ctx).await?;
     }
     for name in pass.orphan_podsets.iter().chain(&pass.retired_podsets) {
-        delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
+        let uid = podset_uids.get(name);
+        delete_child(&podsets_api, name, uid, ctx, "roleset", "podsets").await?;
     }
     // Creates the API server refused, by role: the status says so (ReplicaFailure,
     // FailedCreate, like a ReplicaSet's) and the RoleSet is retried with backoff.
@@ -189,9 +197,10 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         update_in_place(roleset, role, &pods, &pods_api, ctx).await?;
         for name in &role.action.delete {
             if role.gang {
-                delete_child(&podsets_api, name, ctx, "roleset", "podsets").await?;
+                let uid = podset_uids.get(name);
+                delete_child(&podsets_api, name, uid, ctx, "roleset", "podsets").await?;
             } else {
-                delete_pod(&pods_api, name, ctx).await?;
+                delete_pod(&pods_api, name, &pod_uids, ctx).await?;
             }
             ctx.expect_delete(&key, &role.role, name);
         }

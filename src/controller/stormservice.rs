@@ -19,7 +19,7 @@ use serde_json::json;
 use super::revision::write_revision;
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children,
+    owned_children, uids,
 };
 use crate::api::analysis::AnalysisPhase;
 use crate::api::keys::{
@@ -171,8 +171,10 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     let action = &pass.action;
 
     let api = rolesets_api(service, ctx);
+    let roleset_uids = uids(&rolesets);
     for name in &action.delete {
-        delete_child(&api, name, ctx, "stormservice", "rolesets").await?;
+        let uid = roleset_uids.get(name);
+        delete_child(&api, name, uid, ctx, "stormservice", "rolesets").await?;
         ctx.expect_delete(&key, ROLESETS, name);
     }
     // A RoleSet create the API server refused: reported as ReplicaFailure (FailedCreate)
@@ -494,14 +496,13 @@ async fn announce_cut_over(
     rolesets: &[RoleSet],
     from: &str,
 ) {
-    let children = |roleset: &RoleSet| Context::key(roleset);
     let pods: Vec<_> = rolesets
         .iter()
-        .flat_map(|r| ctx.caches.pods.owned_by(&children(r)))
+        .flat_map(|r| owned_children(&ctx.caches.pods, r))
         .collect();
     let podsets: Vec<_> = rolesets
         .iter()
-        .flat_map(|r| ctx.caches.podsets.owned_by(&children(r)))
+        .flat_map(|r| owned_children(&ctx.caches.podsets, r))
         .collect();
     let plan = predict(service, &revisions.history, rolesets, &pods, &podsets);
     let kept = plan.rolesets.iter().filter(|r| r.kept).count();
@@ -607,8 +608,10 @@ async fn truncate_history(
     }
     let api: Api<ControllerRevision> =
         Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let revision_uids = uids(&revisions.history);
     for name in &expired {
-        delete_child(&api, name, ctx, "stormservice", "controllerrevisions").await?;
+        let uid = revision_uids.get(name);
+        delete_child(&api, name, uid, ctx, "stormservice", "controllerrevisions").await?;
     }
     Ok(())
 }

@@ -1,0 +1,195 @@
+//! Watched objects decoded one at a time, so one bad object never stops a cache.
+//!
+//! A typed watch decodes a whole LIST response at once: one object that fails to decode
+//! (a status integer past `int32` that the API server stored, an object written before the
+//! CRD bounded a field) fails the list, the cache never syncs, and nothing is reconciled
+//! anywhere. [`Decoded`] reads each object of a list or a watch event on its own: an object
+//! whose status does not decode is served without it (its controller derives a fresh one and
+//! writes it over the bad one), and one whose spec does not decode keeps only its metadata and
+//! what failed (the cache keeps what it last held of it and reports it).
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// At most this much of a decode error is kept: serde quotes the value it refused, which is
+/// the tenant's (a megabyte string, say) and never belongs in a log line.
+const REASON_BYTES: usize = 160;
+
+/// A watched object, as far as it decodes.
+#[derive(Clone, Debug)]
+pub enum Decoded<K> {
+    /// The whole object.
+    Whole(K),
+    /// The object without its status, which did not decode (why, with the field's path).
+    WithoutStatus(K, String),
+    /// Only the metadata: the rest did not decode even without the status.
+    Unreadable(Box<ObjectMeta>, String),
+}
+
+impl<K> Decoded<K> {
+    /// Why the object did not decode whole.
+    pub fn problem(&self) -> Option<&str> {
+        match self {
+            Decoded::Whole(_) => None,
+            Decoded::WithoutStatus(_, reason) | Decoded::Unreadable(_, reason) => Some(reason),
+        }
+    }
+
+    /// The object, when its spec decoded.
+    pub fn into_object(self) -> Option<K> {
+        match self {
+            Decoded::Whole(object) | Decoded::WithoutStatus(object, _) => Some(object),
+            Decoded::Unreadable(..) => None,
+        }
+    }
+}
+
+/// The field path and message of a decode error, bounded to [`REASON_BYTES`].
+fn reason(path: &serde_path_to_error::Path, error: &serde_json::Error) -> String {
+    let mut reason = format!("{path}: {error}");
+    if reason.len() > REASON_BYTES {
+        let mut end = REASON_BYTES;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+        reason.push('…');
+    }
+    reason
+}
+
+/// Decodes `json` as `K`, tracking where it failed.
+fn decode<K: DeserializeOwned>(json: &str) -> Result<K, String> {
+    let mut reader = serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(&mut reader)
+        .map_err(|error| reason(error.path(), error.inner()))
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        // The common case costs one scan of the raw text and one decode.
+        if let Ok(object) = serde_json::from_str::<K>(raw.get()) {
+            return Ok(Decoded::Whole(object));
+        }
+        // Rare: decoded again, to say where it failed.
+        let problem = decode::<K>(raw.get()).err().unwrap_or_default();
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+        if fields.remove("status").is_some()
+            && let Ok(object) = serde_json::from_value::<K>(fields.clone().into())
+        {
+            return Ok(Decoded::WithoutStatus(object, problem));
+        }
+        let metadata = fields
+            .remove("metadata")
+            .map(serde_json::from_value::<ObjectMeta>)
+            .transpose()
+            .map_err(|error| D::Error::custom(format!("metadata: {error}")))?
+            .unwrap_or_default();
+        Ok(Decoded::Unreadable(Box::new(metadata), problem))
+    }
+}
+
+impl<K: kube::Resource> kube::Resource for Decoded<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn api_version(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::api_version(dt)
+    }
+
+    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Decoded::Whole(object) | Decoded::WithoutStatus(object, _) => object.meta(),
+            Decoded::Unreadable(metadata, _) => metadata,
+        }
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Decoded::Whole(object) | Decoded::WithoutStatus(object, _) => object.meta_mut(),
+            Decoded::Unreadable(metadata, _) => metadata,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::StormService;
+
+    fn service(status: serde_json::Value, replicas: serde_json::Value) -> String {
+        serde_json::json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": "s", "namespace": "a", "uid": "u"},
+            "spec": {"replicas": replicas, "selector": {}, "template": {"spec": {"roles": []}}},
+            "status": status,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_list_with_one_bad_object_decodes_the_others_whole() {
+        let good = service(serde_json::json!({"replicas": 2}), 1.into());
+        let bad_status = service(serde_json::json!({"replicas": 2_147_483_648_i64}), 1.into());
+        let bad_spec = service(serde_json::json!({}), 2_147_483_648_i64.into());
+        let list = format!("[{good},{bad_status},{bad_spec}]");
+        let decoded: Vec<Decoded<StormService>> = serde_json::from_str(&list).unwrap();
+        assert!(matches!(decoded[0], Decoded::Whole(_)));
+        match &decoded[1] {
+            Decoded::WithoutStatus(object, reason) => {
+                assert!(object.status.is_none(), "the bad status is dropped");
+                assert!(reason.starts_with("status.replicas: "), "{reason}");
+            }
+            other => panic!("expected the object without its status: {other:?}"),
+        }
+        match &decoded[2] {
+            Decoded::Unreadable(metadata, reason) => {
+                assert_eq!(metadata.name.as_deref(), Some("s"));
+                assert!(reason.starts_with("spec.replicas: "), "{reason}");
+            }
+            other => panic!("expected only metadata: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reason_never_quotes_more_than_its_bound_of_the_body() {
+        let huge = "x".repeat(1 << 20);
+        let body = service(serde_json::json!({"replicas": huge}), 1.into());
+        let decoded: Decoded<StormService> = serde_json::from_str(&body).unwrap();
+        let reason = decoded.problem().expect("the status fails");
+        assert!(
+            reason.len() <= REASON_BYTES + '…'.len_utf8(),
+            "{}",
+            reason.len()
+        );
+        assert!(reason.starts_with("status.replicas: "), "{reason}");
+    }
+
+    #[test]
+    fn a_value_that_is_not_an_object_is_an_error_of_the_list() {
+        let result = serde_json::from_str::<Decoded<StormService>>("[1]");
+        assert!(result.is_err());
+    }
+}
