@@ -9,6 +9,7 @@
 //! - [`operator`]: `squall run --local` instances for tests;
 //! - [`network`]: TLS probes and the loopback-only connection check;
 //! - [`prometheus`]: a real Prometheus and the exporter it scrapes, for canary analysis.
+//! - [`tenant`]: clients acting as a tenant with `edit` in one namespace.
 //!
 //! Cluster tests are `#[ignore]`d so a plain `cargo test` skips them; `make test` runs them
 //! with `--include-ignored` against the local control plane.
@@ -24,6 +25,7 @@ pub mod prometheus;
 mod recorder;
 pub mod roles;
 mod shared;
+pub mod tenant;
 
 use std::fmt::Debug;
 use std::path::PathBuf;
