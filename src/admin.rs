@@ -62,9 +62,14 @@ pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
         .route(
             "/readyz",
             get(
-                |State((_, readiness)): State<(Arc<Metrics>, Readiness)>| async move {
+                |State((metrics, readiness)): State<(Arc<Metrics>, Readiness)>| async move {
                     match readiness.check().await {
-                        Ok(()) => (StatusCode::OK, "ok".to_string()),
+                        // Readiness gates webhook traffic, which a controller's trouble does
+                        // not affect: said, but the pod stays ready.
+                        Ok(()) => match metrics.degraded() {
+                            Some(problem) => (StatusCode::OK, format!("ok; degraded: {problem}")),
+                            None => (StatusCode::OK, "ok".to_string()),
+                        },
                         Err(reason) => (
                             StatusCode::SERVICE_UNAVAILABLE,
                             format!("not ready: {reason}"),

@@ -169,6 +169,9 @@ pub struct Metrics {
     reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
     aibrix_controller_active: Gauge,
+    aibrix_lease_read_errors: Counter,
+    /// What keeps the controllers from working as they should, by source, for `/readyz`.
+    degraded: Mutex<std::collections::BTreeMap<&'static str, String>>,
     step_transitions: Family<TriggerLabels, Counter>,
     rollout_step: Family<ObjectLabels, Gauge>,
     invalid_spec: Family<ObjectLabels, Gauge>,
@@ -285,6 +288,12 @@ impl Default for Metrics {
             "1 while AIBrix's controller-manager holds its leader Lease and squall leaves every object to it",
             aibrix_controller_active.clone(),
         );
+        let aibrix_lease_read_errors = Counter::default();
+        registry.register(
+            "squall_aibrix_lease_read_errors",
+            "Reads of AIBrix's leader Lease that failed (squall keeps what it last read meanwhile)",
+            aibrix_lease_read_errors.clone(),
+        );
         let api_writes = Family::<WriteLabels, Counter>::default();
         registry.register(
             "squall_api_writes",
@@ -367,6 +376,8 @@ impl Default for Metrics {
             undecodable_objects,
             leader,
             aibrix_controller_active,
+            aibrix_lease_read_errors,
+            degraded: Mutex::default(),
             step_transitions,
             rollout_step,
             invalid_spec,
@@ -603,6 +614,27 @@ impl Metrics {
     /// Whether AIBrix's controller-manager holds its Lease (squall leaves everything to it).
     pub fn set_aibrix_controller_active(&self, active: bool) {
         self.aibrix_controller_active.set(i64::from(active));
+    }
+
+    /// Counts a failed read of AIBrix's Lease.
+    pub fn aibrix_lease_read_failed(&self) {
+        self.aibrix_lease_read_errors.inc();
+    }
+
+    /// Says (or, with `None`, clears) what keeps the controllers from working as they
+    /// should, as `/readyz` reports it.
+    pub fn set_degraded(&self, source: &'static str, problem: Option<String>) {
+        let mut degraded = self.degraded.lock().expect("degraded lock");
+        match problem {
+            Some(problem) => degraded.insert(source, problem),
+            None => degraded.remove(source),
+        };
+    }
+
+    /// Everything [`Self::set_degraded`] holds, one line.
+    pub fn degraded(&self) -> Option<String> {
+        let degraded = self.degraded.lock().expect("degraded lock");
+        (!degraded.is_empty()).then(|| degraded.values().cloned().collect::<Vec<_>>().join("; "))
     }
 
     /// Records the serving certificate's expiry.

@@ -2,6 +2,8 @@
 //! - The guard: while AIBrix's controller-manager holds its leader Lease, squall writes
 //!   nothing to any object; it says so with an event on each and a gauge, takes over within
 //!   one lease period once the Lease expires, and steps aside again if AIBrix comes back.
+//!   The Lease is timed by the operator's own clock: one whose `renewTime` is far in the
+//!   future expires once it stops changing, and a deleted one is free.
 //! - Adoption: every `aibrix-live` scenario (objects exactly as AIBrix's controller left
 //!   them) is taken over with no pod restarted and no RoleSet replaced, under squall's own
 //!   revision and labels, then rolls normally within its budgets; a service whose spec
@@ -265,6 +267,93 @@ async fn squall_leaves_everything_to_a_live_aibrix_and_takes_over_when_its_lease
 }
 
 /// Pods' UIDs by name.
+// Two threads: the fake AIBrix keeps renewing while the test blocks on the operator's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local control plane (make test)"]
+async fn a_lease_renewed_into_the_future_expires_by_the_operators_clock_and_a_deleted_one_is_free()
+{
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "guard-clock").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    // A holder whose clock (or whose tenant) says 2099, and which never renews again.
+    let future = Timestamp::from_second(4_070_908_800).unwrap();
+    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": LEASE},
+        "spec": {"holderIdentity": "aibrix-from-2099", "leaseDurationSeconds": LEASE_SECONDS,
+            "acquireTime": MicroTime(future), "renewTime": MicroTime(future)}}))
+    .unwrap();
+    let written = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let written_at = written.metadata.creation_timestamp.unwrap().0;
+    let lease_flag = format!("--aibrix-lease={}/{LEASE}", ns.name());
+    let operator = Operator::start(
+        "guard-clock",
+        &[
+            "--controllers=true",
+            "--webhook-configs",
+            "none",
+            &lease_flag,
+        ],
+    );
+    guard_reads(&operator, true).await;
+    api.create(
+        &PostParams::default(),
+        &stormservice("llm", 1, json!({"type": "RollingUpdate"}), &[("decode", 1)]),
+    )
+    .await
+    .unwrap();
+    // The unchanged Lease expires by the operator's clock, its 2099 renewTime regardless.
+    guard_reads(&operator, false).await;
+    wait_for(
+        &api,
+        "llm",
+        "llm Ready after the stale Lease",
+        TIMEOUT,
+        |ss| stormservice_settled(ss, None),
+    )
+    .await
+    .unwrap();
+    let first_roleset = live_rolesets(&rolesets)
+        .await
+        .iter()
+        .filter_map(|r| r.metadata.creation_timestamp.clone())
+        .map(|t| t.0)
+        .min()
+        .unwrap();
+    assert!(
+        first_roleset + SignedDuration::from_secs(1)
+            > written_at + SignedDuration::from_secs(LEASE_SECONDS.into()),
+        "squall wrote at {first_roleset}, less than a lease period after the Lease was last \
+         written at {written_at}"
+    );
+    assert_eq!(
+        leases
+            .get(LEASE)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .renew_time
+            .map(|t| t.0),
+        Some(future),
+        "the Lease still says 2099"
+    );
+
+    // A live holder's Lease deleted (its renewals then fail, as they patch it): free.
+    let aibrix = FakeAibrix::start(&leases, "aibrix-controller-manager-5b2a").await;
+    guard_reads(&operator, true).await;
+    leases.delete(LEASE, &Default::default()).await.unwrap();
+    guard_reads(&operator, false).await;
+    aibrix.stop().await;
+    let (status, body) = e2e::operator::http_get(operator.admin_addr, "/readyz").unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "ok"),
+        "no read error to report"
+    );
+}
+
 fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
     pods.iter()
         .map(|p| (p.name_any(), p.uid().unwrap_or_default()))

@@ -5,22 +5,22 @@
 //! takes over once the Lease is released or expires — and steps back again if AIBrix returns.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::planner::lease::held_until;
+use crate::planner::lease::{Observation, held_until, observe};
 
-/// How often a free Lease is read again: AIBrix's controller-manager retries its election
-/// every 2 s, so a returning AIBrix is seen about as fast as it can start reconciling.
-const FREE_POLL: Duration = Duration::from_secs(2);
-/// How often the Lease is read again after a failed read.
-const RETRY: Duration = Duration::from_secs(5);
+/// How often the Lease is read: AIBrix's controller-manager retries its election every 2 s,
+/// so a returning AIBrix is seen about as fast as it can start reconciling, and a held Lease
+/// is seen expire within one read of its local expiry.
+const READ_PERIOD: Duration = Duration::from_secs(2);
+/// Failed reads in a row after which the guard reports itself degraded (`/readyz`).
+const PERSISTENT_FAILURES: u32 = 3;
 
 /// Where AIBrix's controller-manager keeps its leader Lease (`--leader-election-namespace`,
 /// `--leader-election-id`).
@@ -67,8 +67,8 @@ impl std::fmt::Display for AibrixLease {
 pub struct Holder {
     /// The holder's identity (AIBrix's pod, by default).
     pub identity: String,
-    /// When the Lease expires unless renewed.
-    pub until: Timestamp,
+    /// When, by the local clock, the Lease expires unless its record changes.
+    pub until: Instant,
 }
 
 /// The guard's view of AIBrix's Lease, shared by every controller.
@@ -80,7 +80,7 @@ pub struct AibrixGuard {
 impl AibrixGuard {
     /// A guard over `lease`, with the future that keeps reading it (run it alongside the
     /// controllers). Until the first read the Lease counts as held: nothing is reconciled on
-    /// a guess.
+    /// a guess. It goes free only on a read: while reads fail, what was last read stands.
     pub fn new(
         client: kube::Client,
         lease: AibrixLease,
@@ -91,7 +91,7 @@ impl AibrixGuard {
     ) {
         let unknown = Holder {
             identity: "unknown (not read yet)".into(),
-            until: Timestamp::MAX,
+            until: Instant::now(),
         };
         let (tx, rx) = watch::channel(Some(unknown));
         let guard = Arc::new(Self {
@@ -106,12 +106,9 @@ impl AibrixGuard {
         &self.lease
     }
 
-    /// Who holds AIBrix's Lease now, if anyone.
+    /// Who holds AIBrix's Lease, as last read, if anyone.
     pub fn held(&self) -> Option<Holder> {
-        self.state
-            .borrow()
-            .clone()
-            .filter(|holder| holder.until > Timestamp::now())
+        self.state.borrow().clone()
     }
 
     /// Ticks each time the Lease is seen free after being held: every object is reconciled
@@ -128,8 +125,7 @@ impl AibrixGuard {
     }
 }
 
-/// Reads the Lease when it may have changed hands: at its expiry while held, every
-/// [`FREE_POLL`] while free.
+/// Reads the Lease every [`READ_PERIOD`], timing it by when its record was seen change.
 async fn watch_lease(
     client: kube::Client,
     lease: AibrixLease,
@@ -138,9 +134,14 @@ async fn watch_lease(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &lease.namespace);
     let mut forbidden_said = false;
+    let mut observed: Option<Observation> = None;
+    let mut failures = 0_u32;
+    let mut every = tokio::time::interval(READ_PERIOD);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        every.tick().await;
         let read = match api.get_opt(&lease.name).await {
-            Ok(found) => Ok(found.and_then(|l| held_until(&l, Timestamp::now()))),
+            Ok(found) => Ok(found),
             // Not allowed to read it: said loudly, and squall runs (the chart grants the read;
             // `--aibrix-lease=none` says there is no AIBrix to wait for).
             Err(kube::Error::Api(status)) if status.code == 403 => {
@@ -152,35 +153,48 @@ async fn watch_lease(
             }
             Err(error) => Err(error),
         };
-        let next = match read {
-            Ok(Some((identity, until))) => {
+        let found = match read {
+            Ok(found) => found,
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                metrics.aibrix_lease_read_failed();
+                tracing::warn!(%lease, %error, failures, "reading AIBrix's Lease failed; keeping what was last read");
+                if failures >= PERSISTENT_FAILURES {
+                    metrics.set_degraded(
+                        "aibrix-guard",
+                        Some(format!(
+                            "reading AIBrix's Lease {lease} failed {failures} times in a row \
+                             (last: {error}); the controllers keep what was last read"
+                        )),
+                    );
+                }
+                continue;
+            }
+        };
+        if std::mem::take(&mut failures) >= PERSISTENT_FAILURES {
+            tracing::info!(%lease, "AIBrix's Lease is readable again");
+        }
+        metrics.set_degraded("aibrix-guard", None);
+        let now = Instant::now();
+        observed = observe(observed.as_ref(), found.as_ref(), now);
+        match observed.as_ref().and_then(|o| held_until(o, now)) {
+            Some((identity, until)) => {
                 let changed = state.borrow().as_ref().map(|h| &h.identity) != Some(&identity);
                 if changed {
-                    tracing::warn!(%lease, holder = %identity, %until,
+                    tracing::warn!(%lease, holder = %identity,
                         "AIBrix's controller-manager holds its Lease: squall does not reconcile until it is released or expires");
                 }
                 metrics.set_aibrix_controller_active(true);
-                let wait = (until - Timestamp::now())
-                    .try_into()
-                    .unwrap_or(Duration::ZERO)
-                    .max(Duration::from_millis(200));
                 publish(&state, Some(Holder { identity, until }));
-                wait
             }
-            Ok(None) => {
+            None => {
                 if state.borrow().is_some() {
                     tracing::info!(%lease, "AIBrix's Lease is free: squall reconciles");
                 }
                 metrics.set_aibrix_controller_active(false);
                 publish(&state, None);
-                FREE_POLL
             }
-            Err(error) => {
-                tracing::warn!(%lease, %error, "reading AIBrix's Lease failed; retrying");
-                RETRY
-            }
-        };
-        tokio::time::sleep(next).await;
+        }
     }
 }
 
@@ -202,7 +216,7 @@ mod tests {
     async fn a_lease_read_free_again_reconciles_nothing_more() {
         let (tx, rx) = watch::channel(Some(Holder {
             identity: "aibrix-0".into(),
-            until: Timestamp::MAX,
+            until: Instant::now(),
         }));
         let guard = AibrixGuard {
             lease: AibrixLease::parse(AibrixLease::DEFAULT).unwrap().unwrap(),
