@@ -22,12 +22,15 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use squall::api::keys::LABEL_REVISION_OWNER;
 use squall::api::{PodSet, RoleSet, StormService};
+use squall::planner::revision::revision_data;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// The fake AIBrix's lease period (AIBrix's default is 15 s; shorter keeps the test short).
@@ -804,6 +807,33 @@ async fn adopt_dry_run_predicts_exactly_the_pods_that_roll() {
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     set_role_image(&api, &name, 2, "bench/decode:2").await;
+    // A tenant's revision of the drifted template, labelled as this StormService's and
+    // newest, but controlled by nothing: the prediction, like the controller, does not count
+    // it as history (counted, it would be kept and every RoleSet predicted replaced).
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
+    let newest = revisions
+        .list(&ListParams::default().labels(&format!("{LABEL_REVISION_OWNER}={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .max_by_key(|r| r.revision)
+        .expect("AIBrix's revisions");
+    let copy = ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some("tenant-revision".into()),
+            labels: newest.metadata.labels.clone(),
+            ..Default::default()
+        },
+        data: Some(RawExtension(revision_data(
+            &api.get(&name).await.unwrap().spec.template,
+        ))),
+        revision: newest.revision + 1,
+    };
+    revisions
+        .create(&PostParams::default(), &copy)
+        .await
+        .unwrap();
 
     let out = std::process::Command::new(e2e::operator::squall_bin())
         .args(["adopt", "--dry-run", "-n", ns.name(), &name])
@@ -814,6 +844,10 @@ async fn adopt_dry_run_predicts_exactly_the_pods_that_roll() {
         out.status.success(),
         "squall adopt: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !report.contains("tenant-revision"),
+        "a revision the StormService does not control is not its history:\n{report}"
     );
     let predicted = |verb: &str| -> BTreeSet<String> {
         report

@@ -20,7 +20,7 @@ use e2e::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use squall::api::podgroup::{
@@ -429,6 +429,70 @@ async fn gangs_get_their_podgroups_and_a_missing_crd_is_said() {
     )
     .await
     .unwrap();
+
+    // A PodGroup of the RoleSet's name that someone else made (no controller reference): it
+    // is never patched, the gang's pods wait rather than join it, the RoleSet says why; once
+    // it is gone the RoleSet gets its own.
+    let resource = Scheduler::Volcano.api_resource();
+    let squatter: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": resource.api_version, "kind": resource.kind,
+        "metadata": {"name": "squatted"},
+        "spec": {"minMember": 99, "queue": "tenant"},
+    }))
+    .unwrap();
+    let squatter = Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), &resource)
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap();
+    let squatted = rolesets
+        .create(
+            &PostParams::default(),
+            &roleset(
+                "squatted",
+                Some(("volcanoSchedulingStrategy", json!({}))),
+                json!([role("decode", 2, json!({}))]),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &rolesets,
+        "squatted",
+        "PodGroupConflict on squatted",
+        TIMEOUT,
+        |rs| {
+            condition(rs, "ReplicaFailure").is_some_and(|(reason, message)| {
+                reason == "PodGroupConflict" && message.contains("PodGroup squatted")
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let left = groups.get("squatted").await.unwrap();
+    assert_eq!(
+        (left.uid(), left.resource_version(), &left.spec["minMember"]),
+        (squatter.uid(), squatter.resource_version(), &json!(99)),
+        "the foreign PodGroup is left as it was"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    assert!(
+        member_pods(&pods, "roleset-name=squatted").await.is_empty(),
+        "no gang pod joins a foreign PodGroup"
+    );
+    groups
+        .delete("squatted", &DeleteParams::default())
+        .await
+        .unwrap();
+    podgroup::<VolcanoKind>(
+        &client,
+        ns.name(),
+        "squatted",
+        "roleset-name",
+        &squatted.uid().unwrap(),
+        2,
+    )
+    .await;
+    labelled(&pods, "roleset-name", "squatted", 2).await;
 }
 
 /// The gang samples (AIBrix manifests with scheduling strategies).

@@ -309,3 +309,24 @@ pub(crate) fn without_property_defaults(schema: &mut schemars::Schema) {
         }
     }
 }
+
+/// The UID of the controlling owner in `meta`'s ownerReferences.
+pub fn controller_uid(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// Whether `child` is controlled by `owner`, by UID (an owner recreated under the same name
+/// inherits nothing of its predecessor's). Namespaces are the caller's: a child counts only
+/// in its owner's namespace.
+pub fn controlled_by(
+    child: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    owner.uid.is_some() && controller_uid(child) == owner.uid.as_deref()
+}

@@ -15,7 +15,7 @@ use kube::api::{Api, ListParams};
 
 use crate::api::keys::{LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
-use crate::api::{PodSet, RoleSet, StormService};
+use crate::api::{PodSet, RoleSet, StormService, controlled_by};
 use crate::planner::adoption::{CutOverPlan, predict};
 
 /// `squall adopt` arguments.
@@ -85,11 +85,18 @@ async fn dry_run(args: &AdoptArgs) -> anyhow::Result<String> {
     for service in &services {
         let name = service.name_any();
         let selected = |label: &str| ListParams::default().labels(&format!("{label}={name}"));
-        let history = Api::<ControllerRevision>::namespaced(client.clone(), &namespace)
-            .list(&selected(LABEL_REVISION_OWNER))
-            .await
-            .context("listing ControllerRevisions")?
-            .items;
+        // Selected by label, kept by controller UID, as the controller selects them: a
+        // tenant's revision that carries the label is not this StormService's history.
+        let owned = |meta: &kube::api::ObjectMeta| controlled_by(meta, &service.metadata);
+        let history: Vec<ControllerRevision> =
+            Api::<ControllerRevision>::namespaced(client.clone(), &namespace)
+                .list(&selected(LABEL_REVISION_OWNER))
+                .await
+                .context("listing ControllerRevisions")?
+                .items
+                .into_iter()
+                .filter(|revision| owned(&revision.metadata))
+                .collect();
         let rolesets = Api::<RoleSet>::namespaced(client.clone(), &namespace)
             .list(&selected(LABEL_STORM_SERVICE_NAME))
             .await
@@ -111,15 +118,11 @@ async fn dry_run(args: &AdoptArgs) -> anyhow::Result<String> {
             .into_iter()
             .map(Arc::new)
             .collect();
-        let owned: Vec<RoleSet> = rolesets
+        let rolesets: Vec<RoleSet> = rolesets
             .into_iter()
-            .filter(|r| {
-                r.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == service.uid().as_ref())
-            })
+            .filter(|roleset| owned(&roleset.metadata))
             .collect();
-        let plan = predict(service, &history, &owned, &pods, &podsets);
+        let plan = predict(service, &history, &rolesets, &pods, &podsets);
         report.push_str(&render(&namespace, &name, &plan));
     }
     Ok(report)

@@ -29,6 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::decoded::Decoded;
+use crate::api::controller_uid;
 use crate::metrics::Metrics;
 
 /// Changes waiting for one subscribed controller. Bounded: a controller that stops taking
@@ -84,15 +85,6 @@ impl<K: Resource<DynamicType = ()>> Default for Index<K> {
 /// What a cache knows of the watched objects that do not decode whole, by key: the version
 /// last reported, and why.
 type Problems<K> = HashMap<ObjectRef<K>, (Option<String>, String)>;
-
-/// The UID of `object`'s controlling owner.
-pub fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<String> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.clone())
-}
 
 /// Whether `object` is controlled by an object of kind `O`.
 pub fn controlled_by_kind<O: Resource<DynamicType = ()>>(meta: &kube::api::ObjectMeta) -> bool {
@@ -230,7 +222,7 @@ where
     fn index(index: &mut Index<K>, key: ObjectRef<K>, object: Arc<K>) {
         Self::unindex(index, &key);
         let bytes = serde_json::to_vec(&*object).map_or(0, |b| b.len());
-        let owner = controller_uid(object.meta());
+        let owner = controller_uid(object.meta()).map(str::to_string);
         if let Some(owner) = &owner {
             index
                 .by_owner

@@ -34,7 +34,7 @@ use self::cache::{Cache, controlled_by_kind};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
 use crate::api::podgroup::PodGroupCrds;
-use crate::api::{PodSet, RoleSet, StormService};
+use crate::api::{PodSet, RoleSet, StormService, controlled_by};
 use crate::metrics::Metrics;
 use crate::planner::status::{coalesce_window, only_informational_differ};
 
@@ -895,7 +895,7 @@ where
     Ok(listed
         .items
         .iter()
-        .filter(|child| cache::controller_uid(&child.metadata).as_deref() == meta.uid.as_deref())
+        .filter(|child| controlled_by(&child.metadata, meta))
         .map(|child| Going::of(&child.metadata))
         .collect())
 }

@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::cache::Cache;
 use super::{Context, Error};
-use crate::api::common::SchedulingStrategy;
+use crate::api::common::{SchedulingStrategy, controller_uid};
 use crate::api::podgroup::{
     CoschedulingKind, GodelKind, PodGroup, PodGroupCrds, Scheduler, SchedulerKind, VolcanoKind,
 };
@@ -37,10 +37,45 @@ pub enum Gang {
     Waiting,
     /// The PodGroup is there, as the strategy asks: its pods may be created.
     Ready,
+    /// A PodGroup of the owner's name is controlled by someone else: it is left alone, and
+    /// the gang's pods wait rather than join it.
+    Foreign(Scheduler),
+}
+
+/// How soon an owner whose PodGroup name is taken by a foreign PodGroup is looked at again:
+/// that PodGroup's changes reach its own owner, not this one.
+const FOREIGN_RECHECK: Duration = Duration::from_secs(30);
+
+impl Gang {
+    /// Whether the gang's pods are held back this pass.
+    pub fn holds_pods(self) -> bool {
+        matches!(self, Gang::Waiting | Gang::Foreign(_))
+    }
+
+    /// When a gang that holds its pods back is looked at again.
+    pub fn recheck(self) -> Option<Duration> {
+        match self {
+            Gang::Waiting => Some(GANG_WAIT),
+            Gang::Foreign(_) => Some(FOREIGN_RECHECK),
+            Gang::NotRequested | Gang::Unserved(_) | Gang::Ready => None,
+        }
+    }
+
+    /// What the owner's status says of a foreign PodGroup `name`.
+    pub fn foreign_message(scheduler: Scheduler, name: &str) -> String {
+        format!(
+            "{} PodGroup {name} exists and is not controlled by this owner; squall leaves it \
+             alone and creates no gang pod. Delete or rename it to let squall create its own.",
+            scheduler.group()
+        )
+    }
 }
 
 /// Makes the PodGroup of `owner`'s gang of `members` pods what `strategy` asks (created, or
-/// its spec updated), publishing `PodGroupSynced` or `PodGroupFailed`.
+/// its spec updated), publishing `PodGroupSynced` or `PodGroupFailed`. Only a PodGroup whose
+/// controller reference is `owner` (by UID) is patched: one of the same name that another
+/// controls — a tenant's in the same namespace, or a predecessor's — is reported once per
+/// generation (`PodGroupConflict`) and left as it is.
 pub async fn sync<K>(
     ctx: &Context,
     controller: &str,
@@ -81,6 +116,21 @@ where
             .create(&PostParams::default(), &desired)
             .await
             .map(|_| "create"),
+        Lookup::Found {
+            controller: uid, ..
+        } if uid != owner.uid() => {
+            if ctx.once_per_generation(owner, "podgroup conflict") {
+                ctx.warn(
+                    controller,
+                    owner,
+                    "PodGroupConflict",
+                    "SyncPodGroup",
+                    Gang::foreign_message(scheduler, &name),
+                )
+                .await;
+            }
+            return Ok(Gang::Foreign(scheduler));
+        }
         Lookup::Found { spec, .. } => {
             let observed = DynamicObject {
                 data: json!({ "spec": spec }),
@@ -170,7 +220,7 @@ pub async fn look_for_crds(client: Client, crds: watch::Sender<PodGroupCrds>) {
 
 /// How soon an owner whose PodGroup is not in the cache yet is looked at again (its pods
 /// wait for it).
-pub const GANG_WAIT: Duration = Duration::from_secs(2);
+const GANG_WAIT: Duration = Duration::from_secs(2);
 
 /// What the controllers know of one PodGroup.
 #[derive(Clone, Debug, PartialEq)]
@@ -181,8 +231,10 @@ pub enum Lookup {
     Starting,
     /// No such PodGroup.
     Absent,
-    /// The PodGroup: its spec and status.
+    /// The PodGroup: its controller's UID, spec and status.
     Found {
+        /// The UID of its controller reference.
+        controller: Option<String>,
         /// `spec`.
         spec: serde_json::Value,
         /// `status`.
@@ -268,6 +320,7 @@ impl PodGroupCaches {
             }
             match cache.get(namespace, name) {
                 Some(group) => Lookup::Found {
+                    controller: controller_uid(&group.metadata).map(str::to_string),
                     spec: group.spec.clone(),
                     status: group.status.clone(),
                 },

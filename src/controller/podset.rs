@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use super::podgroups::{self, GANG_WAIT, Gang};
+use super::podgroups;
 use super::{
     Context, Error, delete_child, delete_remaining, finalized, going, live_children,
     owned_children, uids,
@@ -98,7 +98,7 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         podset.spec.pod_group_size,
     )
     .await?;
-    let creates = if gang == Gang::Waiting {
+    let creates = if gang.holds_pods() {
         &[][..]
     } else {
         &action.create[..]
@@ -152,8 +152,8 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
             Some(PODSET_COUNTERS),
         )
         .await?;
-    if gang == Gang::Waiting {
-        return Ok(Action::requeue(GANG_WAIT));
+    if let Some(recheck) = gang.recheck() {
+        return Ok(Action::requeue(recheck));
     }
     Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
 }

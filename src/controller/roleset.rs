@@ -20,7 +20,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::podgroups::{self, GANG_WAIT, Gang};
+use super::podgroups::{self, Gang};
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
     owned_children, refusal, uids,
@@ -158,7 +158,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         pending,
         stable,
     });
-    if gang == Gang::Waiting {
+    if gang.holds_pods() {
         for role in &mut pass.roles {
             role.creates.clear();
         }
@@ -271,6 +271,11 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         Some(("FailedCreate", refused.join("; ")))
     } else if !pass.problems.is_empty() {
         Some(("ReconcileError", pass.problems.join("; ")))
+    } else if let Gang::Foreign(scheduler) = gang {
+        Some((
+            "PodGroupConflict",
+            Gang::foreign_message(scheduler, &roleset.name_any()),
+        ))
     } else if let Some(scheduler) = match gang {
         Gang::Unserved(scheduler) => Some(scheduler),
         // Role-level strategies: one PodGroup per PodSet, whose controller cannot say it.
@@ -308,9 +313,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
-    if gang == Gang::Waiting {
-        // The PodGroup's cache shows it shortly; the pods follow.
-        return Ok(Action::requeue(GANG_WAIT));
+    if let Some(recheck) = gang.recheck() {
+        // The PodGroup's cache shows it shortly (or the foreign one may go); the pods follow.
+        return Ok(Action::requeue(recheck));
     }
     Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
@@ -26,7 +26,7 @@ use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::validation::validate_stormservice;
-use crate::api::{Condition, RoleSet, StormService};
+use crate::api::{Condition, RoleSet, StormService, controlled_by};
 use crate::planner::adoption::predict;
 use crate::planner::analysis::Measured;
 use crate::planner::canary::{CanaryDecision, Transition, Trigger};
@@ -421,7 +421,7 @@ async fn sync_headless_service(
         .caches
         .services
         .get(&namespace, &name)
-        .filter(|s| controlled_by(&s.metadata, service));
+        .filter(|s| controlled_by(&s.metadata, &service.metadata));
     let existing = match cached {
         Some(ours) => ours,
         None => {
@@ -451,7 +451,7 @@ async fn sync_headless_service(
             }
         }
     };
-    if !controlled_by(&existing.metadata, service) {
+    if !controlled_by(&existing.metadata, &service.metadata) {
         let message = format!(
             "Service {name} exists and is not controlled by this StormService; squall \
              leaves it alone, so it may not select this service's pods. Delete or rename it \
@@ -475,16 +475,6 @@ async fn sync_headless_service(
         ctx.metrics.api_write("stormservice", "patch", "services");
     }
     Ok(None)
-}
-
-/// Whether `meta`'s controller ownerRef is `service` (by UID: a StormService recreated under
-/// the same name does not inherit its predecessor's children).
-fn controlled_by(meta: &ObjectMeta, service: &StormService) -> bool {
-    let uid = service.uid();
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
 }
 
 /// Says, once, what taking `service` over from another controller's revision `from` does:

@@ -20,6 +20,7 @@ use crate::api::keys::{
 use crate::api::pod::CachedPod;
 use crate::api::{
     PodSet, RoleSet, RoleSetTemplateSpec, RoleSpec, StormService, StormServiceUpdateStrategyType,
+    controlled_by,
 };
 
 /// The children of a role labelled with another template hash that already are what the
@@ -222,13 +223,7 @@ fn roles_of(
         spec: template.spec.clone().unwrap_or_default(),
         ..live.clone()
     };
-    let uid = live.uid();
-    let owned = |meta: &kube::api::ObjectMeta| {
-        meta.owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-    };
+    let owned = |meta: &kube::api::ObjectMeta| controlled_by(meta, &live.metadata);
     let pods: Vec<Arc<CachedPod>> = pods
         .iter()
         .filter(|p| owned(&p.metadata))
