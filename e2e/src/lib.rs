@@ -146,6 +146,44 @@ pub fn install_crds() {
     assert!(out.success, "CRDs not Established: {}", out.stderr);
 }
 
+/// squall's CRDs with the bounds of every status field taken out, as a CRD installed before
+/// squall bounded status had them: objects written meanwhile may hold any status. squall's
+/// own CRDs are installed again when this is dropped.
+pub struct StatusBoundsLifted(());
+
+impl StatusBoundsLifted {
+    /// Installs the CRDs without their status bounds.
+    pub fn install() -> Self {
+        fn lift(node: &mut serde_json::Value) {
+            if let Some(object) = node.as_object_mut() {
+                for bound in ["maxLength", "minimum", "maximum", "maxItems"] {
+                    object.remove(bound);
+                }
+                object.values_mut().for_each(lift);
+            }
+        }
+        let mut crds = documents(&workspace_root().join("manifests/crds/crds.yaml"));
+        for crd in &mut crds {
+            for version in crd["spec"]["versions"].as_array_mut().into_iter().flatten() {
+                lift(&mut version["schema"]["openAPIV3Schema"]["properties"]["status"]);
+            }
+        }
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": crds});
+        let out = kubectl(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            Some(&list.to_string()),
+        );
+        assert!(out.success, "installing the lifted CRDs: {}", out.stderr);
+        Self(())
+    }
+}
+
+impl Drop for StatusBoundsLifted {
+    fn drop(&mut self) {
+        install_crds();
+    }
+}
+
 /// A namespace that exists for one test; deleted (without waiting) when dropped.
 pub struct TestNamespace {
     name: String,

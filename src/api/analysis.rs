@@ -28,6 +28,9 @@ pub const MIN_ANALYSIS_INTERVAL: u64 = 1;
 pub const MAX_ANALYSIS_WAIT: u64 = 3600;
 /// Longest query, bytes: a query goes into the request line of every measurement.
 pub const MAX_QUERY_BYTES: usize = 4096;
+/// Longest query once its placeholders are filled, bytes: a query of 4,096 bytes made of
+/// placeholders for 253-byte revision names would otherwise be 130 KB per measurement.
+pub const MAX_RENDERED_QUERY_BYTES: usize = 16 * 1024;
 /// Longest metric name, bytes (it appears in events and conditions).
 pub const MAX_METRIC_NAME_BYTES: usize = 63;
 /// The provider endpoint a metric uses when it names none.
@@ -134,9 +137,11 @@ pub struct AnalysisStatus {
     pub start_time: Time,
     /// One entry per metric, in the spec's order.
     #[serde(default)]
+    #[schemars(length(max = MAX_ANALYSIS_METRICS))]
     pub metrics: Vec<MetricStatus>,
     /// What decided the phase, e.g. which metric failed with which value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_MESSAGE_CHARS))]
     pub message: Option<String>,
 }
 
@@ -176,6 +181,7 @@ pub struct MetricStatus {
     pub inconclusive: i32,
     /// The last 10 measurements, oldest first.
     #[serde(default)]
+    #[schemars(length(max = MEASUREMENTS_KEPT))]
     pub measurements: Vec<Measurement>,
 }
 
@@ -194,6 +200,7 @@ pub struct Measurement {
     pub time: Time,
     /// Why it is inconclusive, when it is (e.g. the provider did not answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::MEASUREMENT_MESSAGE_BYTES))]
     pub message: Option<String>,
 }
 
@@ -277,7 +284,8 @@ pub const PLACEHOLDERS: [&str; 5] = [
 
 /// The query with its placeholders filled in; `values` None only checks them. The error
 /// names the first placeholder that is unknown, unclosed, or (`{{role}}` without a `role`)
-/// has no value.
+/// has no value, or says the filled query would pass [`MAX_RENDERED_QUERY_BYTES`] (found
+/// before it is built).
 pub fn render_query(
     query: &str,
     values: Option<&QueryValues<'_>>,
@@ -310,8 +318,14 @@ pub fn render_query(
                 _ => v.name,
             }),
         };
-        out.push_str(value.unwrap_or_default());
+        let value = value.unwrap_or_default();
         rest = &after[close + 2..];
+        if out.len() + value.len() + rest.len() > MAX_RENDERED_QUERY_BYTES {
+            return Err(format!(
+                "the query is longer than {MAX_RENDERED_QUERY_BYTES} bytes once its placeholders are filled"
+            ));
+        }
+        out.push_str(value);
     }
     out.push_str(rest);
     Ok(out)
@@ -339,6 +353,52 @@ mod tests {
             r#"sum(rate(errors{namespace="prod",service="llm",revision="llm-7f9c",role="decode"}[1m])) / ignoring() llm-5d2a"#
         );
         assert_eq!(render_query("up", None, false).unwrap(), "up");
+    }
+
+    proptest::proptest! {
+        /// Whatever the query (within its own bound) and the names, the filled query stays
+        /// within its bound, or the render says so.
+        #[test]
+        fn a_filled_query_never_passes_its_bound(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just("{{revision.canary}}".to_string()),
+                    proptest::strategy::Just("{{ name }}".to_string()),
+                    "[a-z(){}=\"]{0,40}",
+                ],
+                0..400,
+            ),
+            name_bytes in 1usize..=253,
+        ) {
+            let query: String = parts.concat();
+            proptest::prop_assume!(query.len() <= MAX_QUERY_BYTES);
+            let long = "r".repeat(name_bytes);
+            let filled = QueryValues { canary_revision: &long, name: &long, ..values() };
+            match render_query(&query, Some(&filled), true) {
+                Ok(rendered) => proptest::prop_assert!(rendered.len() <= MAX_RENDERED_QUERY_BYTES),
+                Err(why) => proptest::prop_assert!(
+                    why.contains("longer than") || why.contains("placeholder") || why.contains("not closed"),
+                    "{}", why
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn a_query_of_placeholders_for_long_names_is_refused_not_built() {
+        let query = "{{revision.canary}}".repeat(MAX_QUERY_BYTES / 19);
+        let long = "r".repeat(253);
+        let filled = QueryValues {
+            canary_revision: &long,
+            ..values()
+        };
+        let why = render_query(&query, Some(&filled), false).unwrap_err();
+        assert!(why.contains("longer than 16384 bytes"), "{why}");
+        let short = QueryValues {
+            canary_revision: "llm-7f9c",
+            ..values()
+        };
+        assert!(render_query(&query, Some(&short), false).is_ok());
     }
 
     #[test]

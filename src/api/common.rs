@@ -34,6 +34,7 @@ pub struct Condition {
     pub reason: Option<String>,
     /// Human-readable details about the condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_MESSAGE_CHARS))]
     pub message: Option<String>,
     /// The `metadata.generation` the condition was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,6 +2,7 @@
 //! Pure code only — no I/O — so the webhook, the controllers and `squall lint` share it.
 
 pub mod analysis;
+pub mod bounded_status;
 pub mod budget;
 pub mod common;
 pub mod condition;

@@ -64,6 +64,7 @@ pub enum RecoveryPolicy {
 /// Observed state of a PodSet.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::bounded_status::bounded)]
 pub struct PodSetStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -163,12 +163,14 @@ pub struct RoleRollout {
 /// Observed state of a RoleSet.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::bounded_status::bounded)]
 pub struct RoleSetStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Per-role replica counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_ROLES))]
     pub roles: Option<Vec<RoleStatus>>,
     /// Conditions: `Ready`, `Progressing`, `ReplicaFailure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

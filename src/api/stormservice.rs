@@ -234,6 +234,7 @@ pub struct PauseStep {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = super::common::without_property_defaults)]
+#[schemars(transform = super::bounded_status::bounded)]
 pub struct StormServiceStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,9 +259,11 @@ pub struct StormServiceStatus {
     pub updated_ready_replicas: i32,
     /// ControllerRevision of the stable template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_NAME_CHARS))]
     pub current_revision: Option<String>,
     /// ControllerRevision of the newest template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_NAME_CHARS))]
     pub update_revision: Option<String>,
     /// Conditions: `Ready`, `Progressing`, `ReplicaFailure`, `InvalidSpec`, `Paused`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -273,6 +276,7 @@ pub struct StormServiceStatus {
     pub scaling_target_selector: Option<String>,
     /// Per-role counts summed over all RoleSets, sorted by role name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_ROLES))]
     pub role_statuses: Option<Vec<RoleStatus>>,
     /// State of the canary rollout, when one is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -298,15 +302,18 @@ pub struct CanaryStatus {
     pub aborted_at: Option<Time>,
     /// Human-readable state, e.g. why the canary was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_MESSAGE_CHARS))]
     pub message: Option<String>,
     /// `Replica` or `Pooled`; fixed when the canary starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<CanaryMode>,
     /// ControllerRevision the canary started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_NAME_CHARS))]
     pub stable_revision: Option<String>,
     /// ControllerRevision being rolled out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::bounded_status::STATUS_NAME_CHARS))]
     pub canary_revision: Option<String>,
     /// Hash of the steps the canary runs; an edit restarts it at step 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -328,6 +335,7 @@ pub struct CanaryStatus {
     pub promote_full: Option<bool>,
     /// Per-role progress (pooled mode: pods; replica mode: RoleSets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_ROLES))]
     pub roles: Option<Vec<CanaryRoleStatus>>,
     /// The analysis of the current (or last) analysis step, with its measurements.
     #[serde(default, skip_serializing_if = "Option::is_none")]

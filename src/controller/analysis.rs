@@ -235,14 +235,14 @@ impl Providers {
 
     /// Takes the measurements `due` for `service`, side by side (each bounded by its
     /// endpoint's timeout, and all by [`QUERIES_IN_FLIGHT`]).
-    pub async fn measure(&self, service: &StormService, due: Vec<Due>) -> Vec<Measured> {
-        let Some(canary) = service
-            .status
-            .as_ref()
-            .and_then(|s| s.canary_status.as_ref())
-        else {
-            return Vec::new();
-        };
+    /// The revision placeholders are `revisions`, the names the controller derived itself:
+    /// the stored status is the tenant's to write.
+    pub async fn measure(
+        &self,
+        service: &StormService,
+        revisions: RevisionNames<'_>,
+        due: Vec<Due>,
+    ) -> Vec<Measured> {
         let namespace = service.namespace().unwrap_or_default();
         let name = service.name_any();
         let spec_steps = service.spec.canary_steps().unwrap_or_default();
@@ -255,8 +255,8 @@ impl Providers {
         let measurements = due.into_iter().map(|due| {
             let metric = metric_of(spec_steps, background, due);
             let values = QueryValues {
-                canary_revision: canary.canary_revision.as_deref().unwrap_or_default(),
-                stable_revision: canary.stable_revision.as_deref().unwrap_or_default(),
+                canary_revision: revisions.canary,
+                stable_revision: revisions.stable,
                 role: metric.and_then(|m| m.role.as_deref()),
                 namespace: &namespace,
                 name: &name,
@@ -294,6 +294,15 @@ impl Providers {
             .map_err(|_| "the operator is stopping".to_string())?;
         provider.query(&query).await
     }
+}
+
+/// The revisions a canary's queries are about, as the controller derived them.
+#[derive(Clone, Copy, Debug)]
+pub struct RevisionNames<'a> {
+    /// The update revision: what the canary rolls out.
+    pub canary: &'a str,
+    /// The current revision: what the canary started from.
+    pub stable: &'a str,
 }
 
 /// The metric a measurement is due for.

@@ -29,6 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::decoded::Decoded;
+use crate::api::bounded_status::CheckedStatus;
 use crate::api::controller_uid;
 use crate::metrics::Metrics;
 
@@ -273,7 +274,7 @@ pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
 impl<K> Driver<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-    K: Send + Sync + 'static,
+    K: CheckedStatus + Send + Sync + 'static,
 {
     /// Watches until the process stops (the watcher retries with backoff on errors).
     pub async fn run(mut self) {
@@ -335,7 +336,7 @@ where
                         "skipped: the cache keeps what it held of it, if anything"
                     };
                     tracing::warn!(resource = %K::plural(&()), namespace = key.namespace.as_deref().unwrap_or_default(),
-                        name = %key.name, %reason, "stored object does not decode; {kept}");
+                        name = %key.name, %reason, "stored object does not decode or is out of bounds; {kept}");
                 }
                 problems.insert(key.clone(), (version, reason.to_string()));
             }

@@ -4,7 +4,7 @@
 //! (a status integer past `int32` that the API server stored, an object written before the
 //! CRD bounded a field) fails the list, the cache never syncs, and nothing is reconciled
 //! anywhere. [`Decoded`] reads each object of a list or a watch event on its own: an object
-//! whose status does not decode is served without it (its controller derives a fresh one and
+//! whose status does not decode, or is outside the CRD's bounds, is served without it (its controller derives a fresh one and
 //! writes it over the bad one), and one whose spec does not decode keeps only its metadata and
 //! what failed (the cache keeps what it last held of it and reports it).
 
@@ -14,6 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
+
+use crate::api::bounded_status::CheckedStatus;
 
 /// At most this much of a decode error is kept: serde quotes the value it refused, which is
 /// the tenant's (a megabyte string, say) and never belongs in a log line.
@@ -69,12 +71,18 @@ fn decode<K: DeserializeOwned>(json: &str) -> Result<K, String> {
         .map_err(|error| reason(error.path(), error.inner()))
 }
 
-impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
+impl<'de, K: DeserializeOwned + CheckedStatus> Deserialize<'de> for Decoded<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(deserializer)?;
         // The common case costs one scan of the raw text and one decode.
-        if let Ok(object) = serde_json::from_str::<K>(raw.get()) {
-            return Ok(Decoded::Whole(object));
+        if let Ok(mut object) = serde_json::from_str::<K>(raw.get()) {
+            return Ok(match object.status_out_of_bounds() {
+                None => Decoded::Whole(object),
+                Some(problem) => {
+                    object.drop_status();
+                    Decoded::WithoutStatus(object, problem)
+                }
+            });
         }
         // Rare: decoded again, to say where it failed.
         let problem = decode::<K>(raw.get()).err().unwrap_or_default();
@@ -171,6 +179,39 @@ mod tests {
             }
             other => panic!("expected only metadata: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_status_outside_the_crd_bounds_is_dropped_and_named() {
+        let huge = "r".repeat(1 << 20);
+        for (status, field) in [
+            (
+                serde_json::json!({"canaryStatus": {"canaryRevision": huge}}),
+                "status.canaryStatus.canaryRevision",
+            ),
+            (serde_json::json!({"replicas": -1}), "status.replicas"),
+            (
+                serde_json::json!({"conditions": vec![serde_json::json!({"type": "Ready", "status": "True"}); 65]}),
+                "status.conditions",
+            ),
+        ] {
+            let body = service(status, 1.into());
+            match serde_json::from_str::<Decoded<StormService>>(&body).unwrap() {
+                Decoded::WithoutStatus(object, reason) => {
+                    assert!(object.status.is_none(), "{field}: the status is dropped");
+                    assert!(reason.starts_with(&format!("{field}: ")), "{reason}");
+                }
+                other => panic!("{field}: expected the object without its status: {other:?}"),
+            }
+        }
+        let within = service(
+            serde_json::json!({"canaryStatus": {"canaryRevision": "llm-7d9f"}}),
+            1.into(),
+        );
+        assert!(matches!(
+            serde_json::from_str::<Decoded<StormService>>(&within).unwrap(),
+            Decoded::Whole(_)
+        ));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::analysis::RevisionNames;
 use super::revision::write_revision;
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
@@ -148,7 +149,12 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
             .iter()
             .map(|r| (r.name_any(), r.metadata.deletion_timestamp.is_some())),
     );
-    let measured = measure_due(service, ctx, now.as_second()).await;
+    let names = (revisions.update.name_any(), revisions.current.name_any());
+    let revision_names = RevisionNames {
+        canary: &names.0,
+        stable: &names.1,
+    };
+    let measured = measure_due(service, ctx, revision_names, now.as_second()).await;
     let pass = decide(&PassInput {
         service,
         current: &revisions.current,
@@ -277,7 +283,12 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
 
 /// Takes the canary analysis measurements due at `now` (none while nothing is due: the
 /// planner's requeue brings the reconcile back when one is).
-async fn measure_due(service: &StormService, ctx: &Context, now: i64) -> Vec<Measured> {
+async fn measure_due(
+    service: &StormService,
+    ctx: &Context,
+    revisions: RevisionNames<'_>,
+    now: i64,
+) -> Vec<Measured> {
     let canary = service
         .spec
         .update_strategy
@@ -296,7 +307,7 @@ async fn measure_due(service: &StormService, ctx: &Context, now: i64) -> Vec<Mea
     if due.is_empty() {
         return Vec::new();
     }
-    let measured = ctx.providers.measure(service, due).await;
+    let measured = ctx.providers.measure(service, revisions, due).await;
     for m in &measured {
         ctx.metrics.analysis_measurement(m.value.is_ok());
         if let Err(why) = &m.value {

@@ -14,6 +14,7 @@ use crate::api::analysis::{
     Analysis, AnalysisMetric, AnalysisPhase, AnalysisStatus, MEASUREMENTS_KEPT, Measurement,
     MeasurementPhase, MetricStatus,
 };
+use crate::api::bounded_status::{MEASUREMENT_MESSAGE_BYTES, STATUS_MESSAGE_CHARS, bounded_text};
 use crate::api::condition::Condition;
 
 /// Which analysis a measurement belongs to.
@@ -177,12 +178,15 @@ pub fn record(
         },
         Err(why) => (MeasurementPhase::Inconclusive, Some(why.clone())),
     };
-    state.measured += 1;
-    match phase {
-        MeasurementPhase::Successful => state.successful += 1,
-        MeasurementPhase::Failed => state.failed += 1,
-        MeasurementPhase::Inconclusive => state.inconclusive += 1,
-    }
+    let message = message.map(|why| bounded_text(why, MEASUREMENT_MESSAGE_BYTES));
+    // The counts come from stored status, which a tenant may have set to the bound.
+    state.measured = state.measured.saturating_add(1);
+    let count = match phase {
+        MeasurementPhase::Successful => &mut state.successful,
+        MeasurementPhase::Failed => &mut state.failed,
+        MeasurementPhase::Inconclusive => &mut state.inconclusive,
+    };
+    *count = count.saturating_add(1);
     if state.measurements.len() >= MEASUREMENTS_KEPT {
         state.measurements.remove(0);
     }
@@ -245,7 +249,7 @@ pub fn record(
         status.phase = overall;
         status.message = match overall {
             AnalysisPhase::Successful => Some("every metric succeeded".into()),
-            _ => message,
+            _ => message.map(|m| bounded_text(m, STATUS_MESSAGE_CHARS)),
         };
     }
 }
@@ -386,6 +390,24 @@ mod tests {
         assert_eq!(
             (taken.number, taken.phase, taken.value.as_deref()),
             (1, MeasurementPhase::Inconclusive, None)
+        );
+    }
+
+    #[test]
+    fn counts_set_to_their_bound_in_status_saturate_and_a_long_error_is_cut() {
+        let analysis = one(metric(3, 10, 5, 5));
+        let mut status = start(&analysis, Subject::Step(1), 0);
+        let state = &mut status.metrics[0];
+        (state.measured, state.inconclusive) = (i32::MAX, 0);
+        let error = "series {namespace=\"b\"} ".repeat(100);
+        record(&analysis, Subject::Step(1), &mut status, 0, &Err(error), 5);
+        let state = &status.metrics[0];
+        assert_eq!((state.measured, state.inconclusive), (i32::MAX, 1));
+        let why = state.measurements[0].message.as_deref().unwrap();
+        assert!(
+            why.len() <= MEASUREMENT_MESSAGE_BYTES as usize,
+            "{}",
+            why.len()
         );
     }
 

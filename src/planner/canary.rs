@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::analysis::{self, Measured, Subject};
 use crate::api::analysis::{Analysis, AnalysisPhase};
+use crate::api::bounded_status::{STATUS_MESSAGE_CHARS, bounded_text};
 use crate::api::{
     CanaryMode, CanaryPhase, CanaryStatus, CanaryStep, PauseCondition, PauseReason, StepState,
 };
@@ -222,7 +223,7 @@ fn abort(
         trigger,
         step: index,
     });
-    status.message = Some(message);
+    status.message = Some(bounded_text(message, STATUS_MESSAGE_CHARS));
     CanaryDecision {
         status: Some(status),
         weight: 0,
@@ -410,8 +411,17 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
         let entered = status.step_start_time.as_ref().map_or(since, seconds);
         // Both ends are whole seconds: one more is counted so the pause never comes up short
         // of its duration plus the time actually paused.
-        let paused_for = input.now - since.max(entered) + 1;
-        status.paused_seconds = Some(status.paused_seconds.unwrap_or(0) + paused_for.max(0));
+        // Stored times and counts are the tenant's to write: the arithmetic saturates.
+        let paused_for = input
+            .now
+            .saturating_sub(since.max(entered))
+            .saturating_add(1);
+        status.paused_seconds = Some(
+            status
+                .paused_seconds
+                .unwrap_or(0)
+                .saturating_add(paused_for.max(0)),
+        );
     }
 
     let mut requeue_after = None;
@@ -621,7 +631,10 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                     let mut wait = None;
                     let expired = duration.is_some_and(|d| {
                         let started = status.step_start_time.as_ref().map_or(input.now, seconds);
-                        let waited = input.now - started - status.paused_seconds.unwrap_or(0);
+                        let waited = input
+                            .now
+                            .saturating_sub(started)
+                            .saturating_sub(status.paused_seconds.unwrap_or(0));
                         // `stepStartTime` is stored in whole seconds, so the step began up to
                         // a second after it: only a wait past `d` whole seconds is sure to
                         // have lasted `d` (a zero pause does not wait).

@@ -237,7 +237,7 @@ pub fn update_revision(
     history: &[ControllerRevision],
     template: &RoleSetTemplateSpec,
 ) -> UpdateRevision {
-    let next = history.last().map_or(1, |r| r.revision + 1);
+    let next = history.last().map_or(1, |r| r.revision.saturating_add(1));
     match history.iter().rposition(|r| holds(r, template)) {
         Some(i) if i + 1 == history.len() => UpdateRevision::Newest(i),
         Some(index) => UpdateRevision::Rollback {

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use super::canary::{CanaryDecision, needs_stable_revision};
 use super::roleset::{PodView, RoleInput};
+use crate::api::bounded_status::{STATUS_MESSAGE_CHARS, bounded_text};
 use crate::api::keys::{
     CONDITION_AVAILABLE, CONDITION_CANARY_ANALYSIS, CONDITION_INVALID_SPEC, CONDITION_PAUSED,
     CONDITION_PROGRESSING, CONDITION_READY, CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT,
@@ -116,7 +117,7 @@ pub fn condition(
         status: status.into(),
         last_transition_time: Some(Time(now)),
         reason: Some(reason.into()),
-        message: Some(message),
+        message: Some(bounded_text(message, STATUS_MESSAGE_CHARS)),
         observed_generation: generation,
         ..Condition::default()
     }
