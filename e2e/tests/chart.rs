@@ -471,6 +471,7 @@ fn analysis_endpoints_become_the_operators_configuration() {
         "analysis.prometheus[0].timeout=5s",
         "analysis.prometheus[0].bearerTokenSecret.name=prometheus-token",
         "analysis.prometheus[0].bearerTokenSecret.key=token",
+        "analysis.prometheus[0].bearerTokenOverHttp=true",
         "analysis.prometheus[1].name=secure",
         "analysis.prometheus[1].address=https://127.0.0.1:9091/prometheus",
         "analysis.prometheus[1].caBundle=PEM",
@@ -491,6 +492,10 @@ fn analysis_endpoints_become_the_operators_configuration() {
     let names: Vec<&str> = config.prometheus.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["default", "secure"]);
     assert_eq!(config.prometheus[0].timeout.as_deref(), Some("5s"));
+    assert!(
+        config.prometheus[0].bearer_token_over_http,
+        "the opt-in is passed on"
+    );
     assert_eq!(
         config.prometheus[1].ca_file.as_deref(),
         Some("/etc/squall/analysis/secure-ca.crt")

@@ -102,7 +102,8 @@ impl<'a> Scanner<'a> {
         (self.bytes().get(self.at) == Some(&expected)).then(|| self.at += 1)
     }
 
-    /// An integer written without fraction or exponent (one beyond `i64` gives up).
+    /// An integer written without fraction or exponent (one beyond `i64` gives up, and so
+    /// does `-0`, which serde reads as a float).
     pub fn int(&mut self) -> Option<i64> {
         self.peek()?;
         let sign = if self.eat_raw(b'-').is_some() { -1 } else { 1 };
@@ -121,6 +122,7 @@ impl<'a> Scanner<'a> {
         let leading_zero = digits > 1 && self.bytes()[start] == b'0';
         if digits == 0
             || leading_zero
+            || (sign < 0 && value == 0)
             || matches!(self.bytes().get(self.at), Some(b'.' | b'e' | b'E'))
         {
             return None;

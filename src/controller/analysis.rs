@@ -60,6 +60,10 @@ pub struct PrometheusEndpoint {
     /// A bearer token, read from this Secret in the operator's namespace.
     #[serde(default)]
     pub bearer_token_secret: Option<SecretKey>,
+    /// Sends the bearer token to an `http://` address, in clear, to anyone on the path:
+    /// refused unless set (a Prometheus reached only through a sidecar on loopback, say).
+    #[serde(default)]
+    pub bearer_token_over_http: bool,
     /// PEM CA bundle that signs an `https` address's certificate.
     #[serde(default)]
     pub ca_file: Option<String>,
@@ -118,7 +122,17 @@ impl AnalysisConfig {
             {
                 return Err(fail("the name is used twice".into()));
             }
-            Address::parse(&endpoint.address).map_err(fail)?;
+            let address = Address::parse(&endpoint.address).map_err(fail)?;
+            if endpoint.bearer_token_secret.is_some()
+                && !address.tls
+                && !endpoint.bearer_token_over_http
+            {
+                return Err(fail(
+                    "bearerTokenSecret with an http:// address sends the token in clear: use \
+                     https://, or set bearerTokenOverHttp: true"
+                        .into(),
+                ));
+            }
             endpoint.timeout().map_err(fail)?;
         }
         Ok(config)
@@ -598,6 +612,10 @@ mod tests {
             (
                 "prometheus:\n- name: a\n  address: http://x\n  token: t\n",
                 "token",
+            ),
+            (
+                "prometheus:\n- name: a\n  address: http://x\n  bearerTokenSecret: {name: s, key: k}\n",
+                "sends the token in clear",
             ),
         ] {
             let error = AnalysisConfig::parse(bad).unwrap_err().to_string();

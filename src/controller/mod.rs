@@ -13,7 +13,7 @@ pub mod revision;
 pub mod roleset;
 pub mod stormservice;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -255,7 +255,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     events: Recorder,
     expectations: Mutex<HashMap<(String, String), Expectation>>,
-    logged_generations: Mutex<HashSet<(String, &'static str, i64)>>,
+    /// The generation each (object, what) was last said for: one entry per object and kind
+    /// of message, however often a tenant bumps the generation.
+    logged_generations: Mutex<HashMap<(String, &'static str), i64>>,
     /// Failed reconciles in a row, by (kind, UID).
     failures: Mutex<HashMap<(String, String), u32>>,
     /// By UID: the `resourceVersion` our last write replaced (a status, or the finalizer's
@@ -505,7 +507,7 @@ impl Context {
         self.logged_generations
             .lock()
             .expect("logged lock")
-            .retain(|(o, _, _)| *o != key);
+            .retain(|(o, _), _| *o != key);
         self.failures
             .lock()
             .expect("failures lock")
@@ -622,7 +624,8 @@ impl Context {
         self.logged_generations
             .lock()
             .expect("logged lock")
-            .insert((Self::key(owner), what, generation))
+            .insert((Self::key(owner), what), generation)
+            != Some(generation)
     }
 }
 
@@ -1288,6 +1291,14 @@ mod tests {
         assert!(ctx.once_per_generation(&object("a"), "log"));
         assert!(!ctx.once_per_generation(&object("a"), "log"));
         assert!(ctx.once_per_generation(&object("a"), "warn"), "per purpose");
+        // A tenant bumping the generation leaves one entry per object and purpose.
+        for generation in 1..=1000 {
+            let mut bumped = object("c");
+            bumped.metadata.generation = Some(generation);
+            assert!(ctx.once_per_generation(&bumped, "log"));
+            assert!(!ctx.once_per_generation(&bumped, "log"));
+        }
+        assert_eq!(ctx.logged_generations.lock().unwrap().len(), 3);
 
         // After a status write over version 7, the cache's version 7 is behind; 8 is not.
         let mut at = object("a");

@@ -140,6 +140,8 @@ pub fn judge(metric: &AnalysisMetric, value: f64) -> Result<MeasurementPhase, St
         (Some(s), _) if s.holds(value) => MeasurementPhase::Successful,
         (Some(_), Some(_)) => MeasurementPhase::Inconclusive,
         (Some(_), None) => MeasurementPhase::Failed,
+        // No comparison holds for NaN: without a success condition it would pass.
+        (None, Some(_)) if value.is_nan() => MeasurementPhase::Inconclusive,
         (None, Some(_)) => MeasurementPhase::Successful,
         (None, None) => return Err("the metric has no condition".into()),
     })
@@ -327,6 +329,17 @@ mod tests {
             ..both.clone()
         };
         assert_eq!(judge(&failure_only, 0.07), Ok(MeasurementPhase::Successful));
+        assert_eq!(
+            judge(&failure_only, f64::NAN),
+            Ok(MeasurementPhase::Inconclusive),
+            "NaN never passes a failure-only metric"
+        );
+        assert_eq!(judge(&success_only, f64::NAN), Ok(MeasurementPhase::Failed));
+        let nan_fails = AnalysisMetric {
+            failure_condition: Some("isNaN(result)".into()),
+            ..failure_only.clone()
+        };
+        assert_eq!(judge(&nan_fails, f64::NAN), Ok(MeasurementPhase::Failed));
         let unparsable = AnalysisMetric {
             failure_condition: Some("result >>".into()),
             ..both

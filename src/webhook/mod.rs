@@ -945,6 +945,52 @@ mod tests {
         (response, patch, answer.verdict)
     }
 
+    /// serde reads `-0` as a float, so an integer field written `-0` is refused by the
+    /// general path; the scanner must not read it as 0.
+    #[test]
+    fn a_negative_zero_integer_is_answered_as_the_general_path_answers_it() {
+        let seeds = [
+            (
+                Hook::ValidateStormService,
+                include_str!("../../fuzz/seeds/review/stormservice-create.json"),
+            ),
+            (
+                Hook::MutateStormService,
+                include_str!("../../fuzz/seeds/review/stormservice-create.json"),
+            ),
+            (
+                Hook::ValidateRoleSet,
+                include_str!("../../fuzz/seeds/review/roleset-create.json"),
+            ),
+            (
+                Hook::MutateRoleSet,
+                include_str!("../../fuzz/seeds/review/roleset-create.json"),
+            ),
+        ];
+        let mut checked = 0;
+        for (hook, seed) in seeds {
+            for field in [
+                "\"replicas\": ",
+                "\"upgradeOrder\": ",
+                "\"setWeight\": ",
+                "\"podGroupSize\": ",
+                "\"minMember\": ",
+                "\"partition\": ",
+            ] {
+                let Some(at) = seed.find(field) else { continue };
+                let start = at + field.len();
+                let end = start + seed[start..].find(|c: char| !c.is_ascii_digit()).unwrap();
+                let body = format!("{}-0{}", &seed[..start], &seed[end..]);
+                assert!(
+                    fast_paths_agree(hook, body.as_bytes()),
+                    "{hook:?}: {field}-0"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 6, "only {checked} fields");
+    }
+
     #[test]
     fn mutate_answers_with_a_json_patch_and_echoes_the_uid() {
         let body = review_body(
