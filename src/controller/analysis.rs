@@ -513,6 +513,34 @@ fn percent_encode(value: &str) -> String {
     out
 }
 
+/// A Prometheus error text with every label set and list of series left out (`{…}`, `[…]`):
+/// errors such as "found duplicate series for the match group {...}" quote series, which may
+/// be another namespace's.
+fn without_series(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(256));
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '{' | '[' => {
+                if depth == 0 {
+                    out.push(c);
+                    out.push('…');
+                }
+                depth += 1;
+            }
+            '}' | ']' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push(c);
+                }
+            }
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The one number of a Prometheus instant query's answer: a scalar, or a vector of exactly
 /// one sample. No sample is "no data"; several are a query to aggregate.
 fn number_of(status: http::StatusCode, body: &[u8]) -> Result<f64, String> {
@@ -530,16 +558,19 @@ fn number_of(status: http::StatusCode, body: &[u8]) -> Result<f64, String> {
         result_type: String,
         result: serde_json::Value,
     }
+    // Nothing of the body is quoted: it may hold series of other namespaces.
     let answer: Answer = serde_json::from_slice(body).map_err(|_| {
         format!(
-            "HTTP {status}: not a Prometheus answer: {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
+            "HTTP {status}: not a Prometheus answer ({} bytes)",
+            body.len()
         )
     })?;
     if answer.status != "success" {
         return Err(format!(
             "Prometheus: {}",
-            answer.error.unwrap_or_else(|| format!("HTTP {status}"))
+            answer
+                .error
+                .map_or_else(|| format!("HTTP {status}"), |e| without_series(&e))
         ));
     }
     let data = answer.data.ok_or("Prometheus answered without data")?;
@@ -621,6 +652,23 @@ mod tests {
             let error = AnalysisConfig::parse(bad).unwrap_err().to_string();
             assert!(error.contains(says), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn an_error_quotes_no_series() {
+        let body = br#"{"status":"error","errorType":"execution","error":"found duplicate series for the match group {namespace=\"b\", pod=\"secret-0\"} on the right hand-side of the operation: [{__name__=\"up\", namespace=\"b\"}, {__name__=\"up\", namespace=\"b\"}];many-to-many matching not allowed"}"#;
+        let why = number_of(http::StatusCode::UNPROCESSABLE_ENTITY, body).unwrap_err();
+        assert!(
+            !why.contains("secret-0") && !why.contains("namespace"),
+            "{why}"
+        );
+        assert!(
+            why.starts_with("Prometheus: found duplicate series for the match group {…}"),
+            "{why}"
+        );
+        let html = b"<html>up{namespace=\"b\"} 1</html>";
+        let why = number_of(http::StatusCode::OK, html).unwrap_err();
+        assert!(!why.contains("namespace"), "{why}");
     }
 
     #[test]
