@@ -305,7 +305,10 @@ async fn main() {
         webhook_router(
             Arc::new(Metrics::default()),
             tokio::sync::watch::channel(PodGroupCrds::known([])).1,
-            Arc::from(["default".to_string()]),
+            Arc::from([squall::api::tenancy::ConfiguredEndpoint {
+                name: "default".to_string(),
+                tenancy: squall::api::tenancy::Tenancy::default(),
+            }]),
         ),
         admission_router(Arc::new(Metrics::default()), Arc::new(noop)),
     ] {

@@ -37,6 +37,7 @@ use tokio_rustls::TlsAcceptor;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::api::podgroup::PodGroupCrds;
+use crate::api::tenancy::ConfiguredEndpoint;
 use crate::metrics::{AdmissionOutcome, Metrics};
 use crate::webhook::{self, Hook};
 
@@ -287,11 +288,12 @@ impl ReviewPool {
 
 /// The webhook routes: one POST path per [`Hook`], warning of gang strategies whose
 /// PodGroup CRD `crds` (kept current by its lookup) says is missing, and denying analysis
-/// metrics that name an endpoint other than `endpoints` (the operator's configuration).
+/// metrics that name an endpoint other than `endpoints` (the operator's configuration) or
+/// whose query that endpoint cannot scope to the namespace.
 pub fn webhook_router(
     metrics: Arc<Metrics>,
     crds: watch::Receiver<PodGroupCrds>,
-    endpoints: Arc<[String]>,
+    endpoints: Arc<[ConfiguredEndpoint]>,
 ) -> Router {
     admission_router(
         metrics,

@@ -40,7 +40,10 @@ async fn start() -> Server {
         webhook_router(
             metrics,
             watch::channel(PodGroupCrds::Unknown).1,
-            Arc::from(["default".to_string()]),
+            Arc::from([squall::api::tenancy::ConfiguredEndpoint {
+                name: "default".to_string(),
+                tenancy: squall::api::tenancy::Tenancy::default(),
+            }]),
         )
     })
     .await

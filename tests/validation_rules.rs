@@ -281,6 +281,34 @@ fn lint_checks_analysis_endpoints_against_the_analysis_config() {
         Some(2),
         "an unreadable config"
     );
+    // A query its endpoint cannot scope to the namespace, as the webhook denies it.
+    doc["spec"]["updateStrategy"]["canary"]["steps"][1]["analysis"]["metrics"][0]["provider"] =
+        json!({"prometheus": {"query": "sum(up{namespace=\"other\"})"}});
+    std::fs::write(&manifest, serde_json::to_string(&doc).unwrap()).unwrap();
+    let (code, stdout) = lint(Some(both));
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "error: spec.updateStrategy.canary.steps[1].analysis.metrics[0].provider.prometheus.query: Invalid value: (as written): endpoint \"default\" (tenancy: namespace): the query selects on `namespace` itself"
+        ),
+        "{stdout}"
+    );
+    let as_written =
+        "prometheus:\n- name: default\n  address: http://127.0.0.1:9090\n  tenancy: none\n";
+    assert_eq!(lint(Some(as_written)).0, Some(0));
+    let (code, stdout) = lint(Some(
+        "prometheus:\n- name: default\n  address: http://127.0.0.1:9090\n  namespaceLabel: kube_namespace\n",
+    ));
+    assert_eq!(
+        code,
+        Some(0),
+        "with another label, `namespace` is a label like any: {stdout}"
+    );
+    assert_eq!(
+        lint(Some("prometheus:\n- name: default\n  address: http://127.0.0.1:9090\n  namespaceLabel: a.b\n")).0,
+        Some(2),
+        "a label name Prometheus does not have"
+    );
 }
 
 /// The README's StormService examples (the vLLM canary analysis among them) pass every rule.

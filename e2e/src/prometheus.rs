@@ -6,7 +6,9 @@
 //! error counters, time to first token), which pods on kwok do not serve. A value set for a
 //! (name, role) without a revision is served for every revision the exporter has been told
 //! of ([`Exporter::follow_revisions`]), so a test can set the canary's values before the
-//! canary's revision exists.
+//! canary's revision exists. A revision followed that way is served with its namespace in the
+//! `namespace` label, as a pod's series are labelled by Kubernetes service discovery: the
+//! operator's endpoints scope every query to the StormService's namespace.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -27,8 +29,8 @@ struct Series {
     by_revision: BTreeMap<(String, String, String), f64>,
     /// Values by (metric name, role), for every known revision without its own.
     by_default: BTreeMap<(String, String), f64>,
-    /// The revisions known.
-    revisions: std::collections::BTreeSet<String>,
+    /// The revisions known, with their namespace (empty when not known).
+    revisions: BTreeMap<String, String>,
 }
 
 /// An HTTP exporter on loopback serving `squall_e2e_metric` as the test sets it.
@@ -86,7 +88,7 @@ impl Exporter {
     /// Sets `squall_e2e_metric{name, revision, role}` to `value`.
     pub fn set(&self, name: &str, revision: &str, role: &str, value: f64) {
         let mut series = self.series.lock().unwrap();
-        series.revisions.insert(revision.into());
+        series.revisions.entry(revision.into()).or_default();
         series
             .by_revision
             .insert((name.into(), revision.into(), role.into()), value);
@@ -115,7 +117,8 @@ impl Exporter {
             while let Some(event) = events.next().await {
                 if let Ok(revision) = event {
                     let name = kube::ResourceExt::name_any(&revision);
-                    series.lock().unwrap().revisions.insert(name);
+                    let namespace = kube::ResourceExt::namespace(&revision).unwrap_or_default();
+                    series.lock().unwrap().revisions.insert(name, namespace);
                 }
             }
         })
@@ -124,7 +127,7 @@ impl Exporter {
 
 fn exposition(series: &Series) -> String {
     let mut values = series.by_revision.clone();
-    for revision in &series.revisions {
+    for revision in series.revisions.keys() {
         for ((name, role), value) in &series.by_default {
             values
                 .entry((name.clone(), revision.clone(), role.clone()))
@@ -133,8 +136,12 @@ fn exposition(series: &Series) -> String {
     }
     let mut out = String::from("# TYPE squall_e2e_metric gauge\n");
     for ((name, revision, role), value) in values {
+        let namespace = match series.revisions.get(&revision) {
+            Some(namespace) if !namespace.is_empty() => format!(",namespace=\"{namespace}\""),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "squall_e2e_metric{{name=\"{name}\",revision=\"{revision}\",role=\"{role}\"}} {value}\n"
+            "squall_e2e_metric{{name=\"{name}\",revision=\"{revision}\",role=\"{role}\"{namespace}}} {value}\n"
         ));
     }
     out
@@ -177,6 +184,13 @@ impl Prometheus {
     /// because its port was taken meanwhile is started again on another (at most three
     /// times).
     pub fn start(name: &str, targets: &[SocketAddr]) -> Self {
+        let targets: Vec<(SocketAddr, Option<&str>)> = targets.iter().map(|t| (*t, None)).collect();
+        Self::start_in_namespaces(name, &targets)
+    }
+
+    /// [`Prometheus::start`], each target's series labelled `namespace` as given (as
+    /// Kubernetes service discovery labels a pod's): the series of several tenants.
+    pub fn start_in_namespaces(name: &str, targets: &[(SocketAddr, Option<&str>)]) -> Self {
         const ATTEMPTS: usize = 3;
         let log_path = cluster_dir().join(format!("logs/prometheus-{name}.log"));
         for attempt in 1..=ATTEMPTS {
@@ -205,15 +219,26 @@ impl Prometheus {
         unreachable!("the last attempt returns or panics")
     }
 
-    fn spawn(name: &str, targets: &[SocketAddr], log_path: &std::path::Path) -> Self {
+    fn spawn(
+        name: &str,
+        targets: &[(SocketAddr, Option<&str>)],
+        log_path: &std::path::Path,
+    ) -> Self {
         let dir = cluster_dir().join(format!("prometheus-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).expect("prometheus folder");
         std::fs::create_dir_all(cluster_dir().join("logs")).expect("logs folder");
-        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let groups: String = targets
+            .iter()
+            .map(|(target, namespace)| match namespace {
+                Some(namespace) => {
+                    format!("  - targets: ['{target}']\n    labels: {{namespace: '{namespace}'}}\n")
+                }
+                None => format!("  - targets: ['{target}']\n"),
+            })
+            .collect();
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n- job_name: e2e\n  static_configs:\n  - targets: [{}]\n",
-            targets.join(", ")
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n- job_name: e2e\n  static_configs:\n{groups}"
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus.yml");
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -270,7 +295,7 @@ impl Prometheus {
     }
 
     /// The one number an instant query gives, if it gives one.
-    fn query(&self, query: &str) -> Option<f64> {
+    pub fn query(&self, query: &str) -> Option<f64> {
         let encoded: String = query
             .bytes()
             .map(|b| {

@@ -7,6 +7,7 @@
 use e2e::helm::{lint, template};
 use e2e::workspace_root;
 use serde_json::{Value, json};
+use squall::api::tenancy::Tenancy;
 use squall::webhook::config::{Registration, configurations};
 
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -472,7 +473,9 @@ fn analysis_endpoints_become_the_operators_configuration() {
         "analysis.prometheus[0].bearerTokenSecret.name=prometheus-token",
         "analysis.prometheus[0].bearerTokenSecret.key=token",
         "analysis.prometheus[0].bearerTokenOverHttp=true",
+        "analysis.prometheus[0].tenancy=none",
         "analysis.prometheus[1].name=secure",
+        "analysis.prometheus[1].namespaceLabel=kube_namespace",
         "analysis.prometheus[1].address=https://127.0.0.1:9091/prometheus",
         "analysis.prometheus[1].caBundle=PEM",
     ];
@@ -499,6 +502,17 @@ fn analysis_endpoints_become_the_operators_configuration() {
     assert_eq!(
         config.prometheus[1].ca_file.as_deref(),
         Some("/etc/squall/analysis/secure-ca.crt")
+    );
+    let tenancy: Vec<Tenancy> = config.endpoints().into_iter().map(|e| e.tenancy).collect();
+    assert_eq!(
+        tenancy,
+        [
+            Tenancy::AsWritten,
+            Tenancy::Namespace {
+                label: "kube_namespace".into()
+            }
+        ],
+        "each endpoint's tenancy is passed on; scoped to the namespace unless set to none"
     );
     assert_eq!(config_map["data"]["secure-ca.crt"], "PEM\n");
     assert!(has_arg(
@@ -581,6 +595,14 @@ fn bad_values_are_refused_naming_the_field() {
         (
             "leaderElection.leaseDuration=soon",
             "/leaderElection/leaseDuration",
+        ),
+        (
+            "analysis.prometheus[0].tenancy=everyone",
+            "/analysis/prometheus/0/tenancy",
+        ),
+        (
+            "analysis.prometheus[0].namespaceLabel=__name__",
+            "/analysis/prometheus/0/namespaceLabel",
         ),
         ("unknownKey=1", "unknownKey"),
     ] {

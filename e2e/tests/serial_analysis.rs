@@ -600,3 +600,170 @@ async fn an_operator_restart_mid_analysis_neither_repeats_nor_skips_a_measuremen
         );
     }
 }
+
+/// Tenancy (docs/rollouts.md#tenancy), against a real Prometheus holding the series of two
+/// namespaces: team A's `sum(up)` and `max(...)` measure only A's series (unscoped, both
+/// would measure B's too and fail); a query that selects on the namespace label itself is
+/// denied at admission with its field path, and one stored before the admin scoped the
+/// endpoint is refused by the controller (inconclusive, sent nowhere); no label value of B
+/// appears in A's statuses, events or the operator's log.
+#[tokio::test]
+#[ignore = "needs the local control plane and Prometheus from hack/build-tools.sh (make test); runs its own operator"]
+async fn a_tenants_analysis_measures_only_its_own_namespace() {
+    install_crds();
+    let client = client().await;
+    let team_a = TestNamespace::create(&client, "tenant-a").await;
+    let team_b = TestNamespace::create(&client, "tenant-b").await;
+    let (a, b) = (Exporter::start(), Exporter::start());
+    a.set("load", "a-series", "", 0.01);
+    b.set("load", "b-secret-revision", "", 100.0);
+    let prometheus = Prometheus::start_in_namespaces(
+        "tenancy",
+        &[(a.addr, Some(team_a.name())), (b.addr, Some(team_b.name()))],
+    );
+    assert_eq!(
+        (
+            prometheus.query("sum(up)"),
+            prometheus.query(r#"max(squall_e2e_metric{name="load"})"#)
+        ),
+        (Some(2.0), Some(100.0)),
+        "Prometheus holds both namespaces' series"
+    );
+    let config = cluster_dir().join("analysis-tenancy.yaml");
+    let write_config = |tenancy: &str| {
+        let text = format!(
+            "prometheus:\n- name: default\n  address: http://{}\n  timeout: 2s\n{tenancy}",
+            prometheus.addr
+        );
+        std::fs::write(&config, text).expect("analysis config");
+    };
+    let start = || {
+        let flag = format!("--analysis-config={}", config.display());
+        Operator::start("analysis-tenancy", &["--controllers=true", &flag])
+    };
+    let api: Api<StormService> = Api::namespaced(client.clone(), team_a.name());
+    let analysed = |name: &str, metric: Value| {
+        let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+        "canary": {"steps": [
+            {"setWeight": 50},
+            {"analysis": {"metrics": [metric]}},
+            {"setWeight": 100},
+        ]}});
+        stormservice(name, 2, strategy, &[("decode", 1)])
+    };
+    let metric = |name: &str, query: &str, success: &str| {
+        json!({"name": name, "provider": {"prometheus": {"query": query}},
+               "successCondition": success})
+    };
+    let every_namespace = metric("all", r#"sum(up{namespace=~".+"})"#, "result == 0");
+
+    // Before the admin scoped the endpoint, a query over every namespace is admitted.
+    write_config("  tenancy: none\n");
+    let operator = start();
+    create_ready(&api, analysed("stored", every_namespace.clone())).await;
+    operator.kill();
+
+    // Scoped (the default): the same query is denied, naming the field.
+    write_config("");
+    let operator = start();
+    let denied = api
+        .create(&PostParams::default(), &analysed("denied", every_namespace))
+        .await
+        .expect_err("a query over every namespace is denied");
+    let message = denied.to_string();
+    assert!(
+        message.contains(
+            "spec.updateStrategy.canary.steps[1].analysis.metrics[0].provider.prometheus.query: \
+             Invalid value: (as written): endpoint \"default\" (tenancy: namespace): the query \
+             selects on `namespace` itself"
+        ),
+        "{message}"
+    );
+
+    // A's own series only: unscoped, sum(up) would be 2 and max(...) 100.
+    let mut scoped = analysed("scoped", metric("up", "sum(up)", "result == 1"));
+    let mut spec = serde_json::to_value(&scoped.spec).unwrap();
+    spec["updateStrategy"]["canary"]["steps"][1]["analysis"]["metrics"]
+        .as_array_mut()
+        .unwrap()
+        .push(metric(
+            "load",
+            r#"max(squall_e2e_metric{name="load"})"#,
+            "result < 50",
+        ));
+    scoped.spec = serde_json::from_value(spec).unwrap();
+    create_ready(&api, scoped).await;
+    set_images(&api, "scoped", &[0], "engine:2").await;
+    wait_for(
+        &api,
+        "scoped",
+        "the scoped canary completed",
+        TIMEOUT,
+        |ss| canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Completed)),
+    )
+    .await
+    .unwrap();
+    let passed = events(&client, team_a.name()).await;
+    assert!(
+        passed
+            .iter()
+            .any(|(r, n)| r == "CanaryAnalysisPassed" && n.contains("trigger=analysis")),
+        "measured A's series alone, both metrics passed: {passed:?}"
+    );
+
+    // Stored before: the controller refuses to send it.
+    set_images(&api, "stored", &[0], "engine:2").await;
+    let held = wait_for(&api, "stored", "the refused query's gate", TIMEOUT, |ss| {
+        canary(ss).is_some_and(|c| {
+            c.pause_conditions
+                .iter()
+                .flatten()
+                .any(|p| p.reason == PauseReason::CanaryAnalysisInconclusive)
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let taken = &canary(Some(&held))
+        .unwrap()
+        .analysis
+        .as_ref()
+        .unwrap()
+        .metrics[0]
+        .measurements[0];
+    assert_eq!(taken.phase, MeasurementPhase::Inconclusive);
+    assert_eq!(taken.value, None, "nothing was measured");
+    assert!(
+        taken
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("selects on `namespace` itself")),
+        "{taken:?}"
+    );
+
+    // Nothing of B's series reached A: not its namespace, its target nor its labels.
+    let b_values = [
+        team_b.name().to_string(),
+        "b-secret-revision".to_string(),
+        b.addr.to_string(),
+    ];
+    let statuses =
+        serde_json::to_string(&api.list(&Default::default()).await.unwrap().items).unwrap();
+    let notes: Vec<String> = Api::<Event>::namespaced(client.clone(), team_a.name())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    let log = operator.log();
+    for value in &b_values {
+        assert!(!statuses.contains(value), "A's statuses hold {value}");
+        assert!(
+            !notes.iter().any(|n| n.contains(value)),
+            "A's events hold {value}"
+        );
+        assert!(!log.contains(value), "the operator's log holds {value}");
+    }
+}

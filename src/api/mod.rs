@@ -16,6 +16,7 @@ pub mod roleset;
 pub mod scan;
 pub mod schema;
 pub mod stormservice;
+pub mod tenancy;
 pub mod validation;
 pub mod view;
 

@@ -419,6 +419,7 @@ fn meta<'a>(s: &mut Scanner<'a>) -> Option<MetaView<'a>> {
                 meta.generate_name = s.nullable(Scanner::str)?,
             ),
             "deletionTimestamp" => (seen.first(2)?, meta.deletion_timestamp = s.present()?),
+            "namespace" => (seen.first(3)?, meta.namespace = s.nullable(Scanner::str)?),
             _ => (s.skip()?, ()),
         };
         Some(())

@@ -11,12 +11,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::analysis::{
-    Analysis, MAX_ANALYSIS_COUNT, MAX_ANALYSIS_METRICS, MAX_ANALYSIS_WAIT, MAX_METRIC_NAME_BYTES,
-    MAX_QUERY_BYTES, MIN_ANALYSIS_INTERVAL, render_query,
+    Analysis, AnalysisMetric, MAX_ANALYSIS_COUNT, MAX_ANALYSIS_METRICS, MAX_ANALYSIS_WAIT,
+    MAX_METRIC_NAME_BYTES, MAX_QUERY_BYTES, MIN_ANALYSIS_INTERVAL, QueryValues, render_query,
 };
 use super::condition::Condition;
 use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
 use super::podgroup::Scheduler;
+use super::tenancy::ConfiguredEndpoint;
 use super::view::{
     IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SchedulingView,
     SelectorView, StatusView, StepView, StormServiceSpecView, StormServiceView, Str,
@@ -518,9 +519,9 @@ impl<'a> View<'a> {
         at_roleset.into_iter().chain(at_roles).collect()
     }
 
-    /// The Prometheus endpoint each analysis metric names, with the field path of its
-    /// `endpoint` (empty for a StormService without analysis, and for a RoleSet).
-    pub fn analysis_endpoints(&self) -> Vec<(String, &str)> {
+    /// Each analysis metric with its field path (none for a StormService without analysis,
+    /// and for a RoleSet).
+    fn analysis_metrics(&self) -> Vec<(String, &AnalysisMetric)> {
         let Spec::StormService(spec) = &self.spec else {
             return Vec::new();
         };
@@ -547,42 +548,75 @@ impl<'a> View<'a> {
             );
         analyses
             .flat_map(|(path, analysis)| {
-                analysis.metrics.iter().enumerate().map(move |(i, metric)| {
-                    (
-                        format!("{path}.metrics[{i}].provider.prometheus.endpoint"),
-                        metric.endpoint(),
-                    )
-                })
+                analysis
+                    .metrics
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, metric)| (format!("{path}.metrics[{i}]"), metric))
             })
             .collect()
     }
 
     /// Rule 12, where the operator's configuration is known (the webhook, `squall lint
-    /// --analysis-config`): each metric that names an endpoint not among `endpoints`.
-    pub fn unknown_endpoints(&self, endpoints: &[String]) -> Vec<FieldError> {
+    /// --analysis-config`): each metric must name a configured endpoint, and its query must
+    /// be one that endpoint's tenancy can scope to the object's namespace.
+    pub fn endpoint_errors(&self, endpoints: &[ConfiguredEndpoint]) -> Vec<FieldError> {
         // Listed only in an error: a valid object allocates nothing here.
         let configured = || {
             if endpoints.is_empty() {
                 "none".to_string()
             } else {
-                endpoints.join(", ")
+                let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
+                names.join(", ")
             }
         };
-        self.analysis_endpoints()
-            .into_iter()
-            .filter(|(_, name)| !endpoints.iter().any(|e| e == name))
-            .map(|(path, name)| FieldError {
-                path,
-                kind: ErrorKind::Invalid {
-                    value: format!("{name:?}"),
-                    detail: format!(
-                        "no such Prometheus endpoint is configured (configured: {}; \
-                         the operator's --analysis-config names them)",
-                        configured()
-                    ),
-                },
-            })
-            .collect()
+        let metadata = &self.object.metadata;
+        let namespace = metadata.namespace.as_deref().unwrap_or("namespace");
+        let name = metadata.name.as_deref().unwrap_or("name");
+        let mut errors = Vec::new();
+        for (path, metric) in self.analysis_metrics() {
+            let named = metric.endpoint();
+            let Some(endpoint) = endpoints.iter().find(|e| e.name == named) else {
+                errors.push(FieldError {
+                    path: format!("{path}.provider.prometheus.endpoint"),
+                    kind: ErrorKind::Invalid {
+                        value: format!("{named:?}"),
+                        detail: format!(
+                            "no such Prometheus endpoint is configured (configured: {}; \
+                             the operator's --analysis-config names them)",
+                            configured()
+                        ),
+                    },
+                });
+                continue;
+            };
+            let Some(prometheus) = &metric.provider.prometheus else {
+                continue;
+            };
+            // Revision names are the controller's; any name checks the query's shape.
+            let values = QueryValues {
+                canary_revision: "revision",
+                stable_revision: "revision",
+                role: metric.role.as_deref(),
+                namespace,
+                name,
+            };
+            // A query whose placeholders are wrong is reported by its own rule.
+            let Ok(query) = render_query(&prometheus.query, Some(&values), metric.role.is_some())
+            else {
+                continue;
+            };
+            if let Err(detail) = endpoint.tenancy.apply(&query, namespace) {
+                errors.push(FieldError {
+                    path: format!("{path}.provider.prometheus.query"),
+                    kind: ErrorKind::Invalid {
+                        value: "(as written)".into(),
+                        detail: format!("endpoint {named:?} (tenancy: namespace): {detail}"),
+                    },
+                });
+            }
+        }
+        errors
     }
 
     /// Whether the spec is the same as `other`'s: byte for byte, or as JSON values.

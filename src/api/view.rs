@@ -136,6 +136,9 @@ pub struct MetaView<'a> {
     /// `metadata.generateName`.
     #[serde(borrow, default)]
     pub generate_name: Option<Str<'a>>,
+    /// `metadata.namespace` (analysis queries are scoped to it).
+    #[serde(borrow, default)]
+    pub namespace: Option<Str<'a>>,
     /// Present when the object is being deleted.
     #[serde(default)]
     pub deletion_timestamp: Option<IgnoredAny>,

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::api::tenancy::ConfiguredEndpoint;
 use crate::api::validation::{OwnedKind, Report, View, validate_object};
 use crate::controller::analysis::AnalysisConfig;
 
@@ -29,7 +30,10 @@ pub struct Linted {
 
 /// Lints every document of a multi-document YAML stream; with the operator's analysis
 /// `endpoints`, analysis metrics must name one of them.
-pub fn lint_yaml(yaml: &str, endpoints: Option<&[String]>) -> Result<Vec<Linted>, String> {
+pub fn lint_yaml(
+    yaml: &str,
+    endpoints: Option<&[ConfiguredEndpoint]>,
+) -> Result<Vec<Linted>, String> {
     let documents: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| e.to_string())?;
     Ok(documents
         .iter()
@@ -42,7 +46,7 @@ pub fn lint_yaml(yaml: &str, endpoints: Option<&[String]>) -> Result<Vec<Linted>
                     && let Ok(json) = serde_json::to_string(doc)
                     && let Some(view) = View::parse(kind, &json)
                 {
-                    report.errors.extend(view.unknown_endpoints(endpoints));
+                    report.errors.extend(view.endpoint_errors(endpoints));
                 }
                 Outcome::Checked(report)
             }),
@@ -51,12 +55,12 @@ pub fn lint_yaml(yaml: &str, endpoints: Option<&[String]>) -> Result<Vec<Linted>
 }
 
 pub(super) fn run(files: &[PathBuf], analysis_config: Option<&Path>) -> ExitCode {
-    let endpoints: Option<Vec<String>> = match analysis_config.map(|path| {
+    let endpoints: Option<Vec<ConfiguredEndpoint>> = match analysis_config.map(|path| {
         let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
         AnalysisConfig::parse(&text).map_err(|e| e.to_string())
     }) {
         None => None,
-        Some(Ok(config)) => Some(config.prometheus.into_iter().map(|e| e.name).collect()),
+        Some(Ok(config)) => Some(config.endpoints()),
         Some(Err(e)) => {
             eprintln!("--analysis-config: {e}");
             return ExitCode::from(2);

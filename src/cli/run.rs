@@ -371,7 +371,11 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let webhooks = tokio::spawn(server::serve_tls(
         webhook_listener,
         server::tls_config(resolver),
-        server::webhook_router(metrics.clone(), crds_rx.clone(), providers.names().into()),
+        server::webhook_router(
+            metrics.clone(),
+            crds_rx.clone(),
+            providers.endpoints().into(),
+        ),
         shutdown_rx.clone(),
     ));
     let readiness = Readiness {
@@ -587,7 +591,7 @@ fn analysis_providers(
     let analysis = AnalysisConfig::parse(&text)?;
     let client = crate::client::counted(config.clone(), metrics.clone(), "analysis")?;
     let providers = Providers::from_config(&analysis, Some(client), namespace)?;
-    tracing::info!(endpoints = ?providers.names(), "canary analysis providers");
+    tracing::info!(endpoints = ?providers.endpoints(), "canary analysis providers");
     Ok(providers)
 }
 

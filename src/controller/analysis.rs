@@ -17,6 +17,7 @@ use serde::Deserialize;
 use tokio::sync::{Mutex, Semaphore};
 
 use crate::api::analysis::{AnalysisMetric, QueryValues, render_query};
+use crate::api::tenancy::{ConfiguredEndpoint, Tenancy, is_label_name};
 use crate::api::{CanaryStep, StormService, parse_duration};
 use crate::planner::analysis::{Due, Measured, Subject};
 
@@ -67,6 +68,24 @@ pub struct PrometheusEndpoint {
     /// PEM CA bundle that signs an `https` address's certificate.
     #[serde(default)]
     pub ca_file: Option<String>,
+    /// Whose series a StormService's queries may read: `namespace` (when absent) scopes
+    /// every selector to the StormService's namespace; `none` runs queries as written.
+    #[serde(default)]
+    pub tenancy: Option<TenancyMode>,
+    /// The label holding a series' namespace, for `tenancy: namespace` (`namespace` when
+    /// absent).
+    #[serde(default)]
+    pub namespace_label: Option<String>,
+}
+
+/// The `tenancy` of an endpoint.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TenancyMode {
+    /// Every selector carries the StormService's namespace.
+    Namespace,
+    /// Queries run as written, across every namespace the endpoint holds.
+    None,
 }
 
 /// A key of a Secret in the operator's namespace.
@@ -134,12 +153,42 @@ impl AnalysisConfig {
                 ));
             }
             endpoint.timeout().map_err(fail)?;
+            endpoint.tenancy().map_err(fail)?;
         }
         Ok(config)
+    }
+
+    /// The endpoints as admission checks metrics against them.
+    pub fn endpoints(&self) -> Vec<ConfiguredEndpoint> {
+        self.prometheus
+            .iter()
+            .filter_map(|e| {
+                Some(ConfiguredEndpoint {
+                    name: e.name.clone(),
+                    tenancy: e.tenancy().ok()?,
+                })
+            })
+            .collect()
     }
 }
 
 impl PrometheusEndpoint {
+    fn tenancy(&self) -> Result<Tenancy, String> {
+        match (self.tenancy, &self.namespace_label) {
+            (Some(TenancyMode::None), None) => Ok(Tenancy::AsWritten),
+            (Some(TenancyMode::None), Some(_)) => {
+                Err("namespaceLabel is for tenancy: namespace, not none".into())
+            }
+            (_, None) => Ok(Tenancy::default()),
+            (_, Some(label)) if is_label_name(label) => Ok(Tenancy::Namespace {
+                label: label.clone(),
+            }),
+            (_, Some(label)) => Err(format!(
+                "namespaceLabel {label:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"
+            )),
+        }
+    }
+
     fn timeout(&self) -> Result<Duration, String> {
         let Some(text) = &self.timeout else {
             return Ok(DEFAULT_TIMEOUT);
@@ -206,8 +255,16 @@ pub trait MetricsProvider: Send + Sync {
 
 /// The configured endpoints, and the bound on queries in flight.
 pub struct Providers {
-    by_name: BTreeMap<String, Arc<dyn MetricsProvider>>,
+    by_name: BTreeMap<String, Endpoint>,
     in_flight: Semaphore,
+}
+
+/// One configured endpoint: where numbers come from, and how queries to it are scoped.
+pub struct Endpoint {
+    /// The provider.
+    pub provider: Arc<dyn MetricsProvider>,
+    /// Whose series a query may read.
+    pub tenancy: Tenancy,
 }
 
 impl Default for Providers {
@@ -218,7 +275,7 @@ impl Default for Providers {
 
 impl Providers {
     /// Providers by endpoint name.
-    pub fn new(by_name: BTreeMap<String, Arc<dyn MetricsProvider>>) -> Self {
+    pub fn new(by_name: BTreeMap<String, Endpoint>) -> Self {
         Self {
             by_name,
             in_flight: Semaphore::new(QUERIES_IN_FLIGHT),
@@ -232,19 +289,24 @@ impl Providers {
         client: Option<Client>,
         namespace: &str,
     ) -> anyhow::Result<Self> {
-        let mut by_name: BTreeMap<String, Arc<dyn MetricsProvider>> = BTreeMap::new();
+        let mut by_name = BTreeMap::new();
         for endpoint in &config.prometheus {
-            by_name.insert(
-                endpoint.name.clone(),
-                Arc::new(Prometheus::new(endpoint, client.clone(), namespace)?),
-            );
+            let provider = Arc::new(Prometheus::new(endpoint, client.clone(), namespace)?);
+            let tenancy = endpoint.tenancy().map_err(anyhow::Error::msg)?;
+            by_name.insert(endpoint.name.clone(), Endpoint { provider, tenancy });
         }
         Ok(Self::new(by_name))
     }
 
-    /// The endpoint names, for the webhook's check of `provider.prometheus.endpoint`.
-    pub fn names(&self) -> Vec<String> {
-        self.by_name.keys().cloned().collect()
+    /// The endpoints, for the webhook's check of `provider.prometheus`.
+    pub fn endpoints(&self) -> Vec<ConfiguredEndpoint> {
+        self.by_name
+            .iter()
+            .map(|(name, endpoint)| ConfiguredEndpoint {
+                name: name.clone(),
+                tenancy: endpoint.tenancy.clone(),
+            })
+            .collect()
     }
 
     /// Takes the measurements `due` for `service`, side by side (each bounded by its
@@ -296,11 +358,13 @@ impl Providers {
         };
         let query = render_query(&prometheus.query, Some(values), metric.role.is_some())?;
         let endpoint = metric.endpoint();
-        let provider = self.by_name.get(endpoint).ok_or_else(|| {
+        let Endpoint { provider, tenancy } = self.by_name.get(endpoint).ok_or_else(|| {
             format!(
                 "no Prometheus endpoint {endpoint:?} is configured (squall run --analysis-config)"
             )
         })?;
+        // Refused here too: a query stored before the endpoint was scoped is sent nowhere.
+        let query = tenancy.apply(&query, values.namespace)?;
         let _permit = self
             .in_flight
             .acquire()
@@ -652,6 +716,34 @@ mod tests {
             let error = AnalysisConfig::parse(bad).unwrap_err().to_string();
             assert!(error.contains(says), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn tenancy_is_namespace_unless_set_to_none() {
+        let endpoints = |extra: &str| {
+            AnalysisConfig::parse(&format!(
+                "prometheus:\n- name: default\n  address: http://127.0.0.1:9090\n{extra}"
+            ))
+            .map(|c| c.endpoints()[0].tenancy.clone())
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(endpoints(""), Ok(Tenancy::default()));
+        assert_eq!(endpoints("  tenancy: namespace\n"), Ok(Tenancy::default()));
+        assert_eq!(endpoints("  tenancy: none\n"), Ok(Tenancy::AsWritten));
+        assert_eq!(
+            endpoints("  namespaceLabel: kube_namespace\n"),
+            Ok(Tenancy::Namespace {
+                label: "kube_namespace".into()
+            })
+        );
+        let refused = endpoints("  tenancy: none\n  namespaceLabel: ns\n").unwrap_err();
+        assert!(
+            refused.contains("namespaceLabel is for tenancy: namespace"),
+            "{refused}"
+        );
+        let refused = endpoints("  namespaceLabel: a-b\n").unwrap_err();
+        assert!(refused.contains("not a Prometheus label name"), "{refused}");
+        assert!(endpoints("  tenancy: everyone\n").is_err());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::api::GROUP;
 use crate::api::defaults::{PatchWriter, write_defaults, write_view_defaults};
 use crate::api::podgroup::PodGroupCrds;
 use crate::api::scan::{self, Scanner, Seen};
+use crate::api::tenancy::ConfiguredEndpoint;
 use crate::api::validation::{FieldError, OwnedKind, Report, View, validate_json, validate_view};
 use crate::api::view::Str;
 
@@ -172,8 +173,9 @@ impl Decision {
     }
 
     /// What the cluster adds to validation of `view` (an update of the stored `old`):
-    /// analysis endpoints that are not configured are denied, gang strategies whose
-    /// PodGroup CRD is missing are warned about.
+    /// analysis metrics naming an endpoint that is not configured, or a query their
+    /// endpoint cannot scope to the namespace, are denied; gang strategies whose PodGroup CRD
+    /// is missing are warned about.
     fn check_cluster(
         &mut self,
         kind: OwnedKind,
@@ -181,28 +183,29 @@ impl Decision {
         old: Option<&str>,
         cluster: Cluster<'_>,
     ) {
-        self.deny_unknown_endpoints(kind, view, old, cluster.endpoints);
+        self.deny_endpoint_errors(kind, view, old, cluster.endpoints);
         self.say_missing_crds(view, cluster.crds);
     }
 
-    /// Denies metrics naming an endpoint the operator is not configured with — ratcheted
-    /// like every rule: an update may keep what the stored object already named (an
-    /// endpoint the admin has since removed must not block a finalizer's removal).
-    fn deny_unknown_endpoints(
+    /// Denies metrics naming an endpoint the operator is not configured with, or a query
+    /// it cannot scope — ratcheted like every rule: an update may keep what the stored object
+    /// already had (an endpoint the admin has since removed or scoped must not block a
+    /// finalizer's removal; the controller refuses to send such a query).
+    fn deny_endpoint_errors(
         &mut self,
         kind: OwnedKind,
         view: &View<'_>,
         old: Option<&str>,
-        endpoints: Option<&[String]>,
+        endpoints: Option<&[ConfiguredEndpoint]>,
     ) {
         let Some(endpoints) = endpoints.filter(|_| self.denial.is_none()) else {
             return;
         };
-        let mut unknown = view.unknown_endpoints(endpoints);
+        let mut unknown = view.endpoint_errors(endpoints);
         if !unknown.is_empty()
             && let Some(old) = old.and_then(|json| View::parse(kind, json))
         {
-            let before = old.unknown_endpoints(endpoints);
+            let before = old.endpoint_errors(endpoints);
             unknown.retain(|e| !before.contains(e));
         }
         let unknown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
@@ -454,7 +457,7 @@ pub struct Cluster<'a> {
     pub crds: PodGroupCrds,
     /// The analysis endpoints the operator is configured with (`None`: not known, as in
     /// `squall lint`): a metric naming another is denied.
-    pub endpoints: Option<&'a [String]>,
+    pub endpoints: Option<&'a [ConfiguredEndpoint]>,
 }
 
 /// Answers one AdmissionReview body for `hook`, knowing nothing of the cluster.
@@ -900,6 +903,7 @@ pub fn mutation(object: &Value) -> Result<Mutation, FieldError> {
 mod tests {
     use super::*;
     use crate::api::VERSION;
+    use crate::api::tenancy::Tenancy;
     use crate::webhook::sidecar::ANNOTATION_SIDECAR_INJECTION;
     use serde_json::json;
 
@@ -1225,7 +1229,7 @@ mod tests {
                  "successCondition": "result < 1"}
             ]}}
         ]}});
-        let verdict = |old: Option<&Value>, endpoints: Option<&[String]>| {
+        let verdict = |old: Option<&Value>, endpoints: Option<&[ConfiguredEndpoint]>| {
             let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
             let body = review_body(
                 Hook::ValidateStormService,
@@ -1247,7 +1251,11 @@ mod tests {
                     .to_string(),
             )
         };
-        let both = ["default".to_string(), "staging".to_string()];
+        let scoped = |name: &str| ConfiguredEndpoint {
+            name: name.into(),
+            tenancy: Tenancy::default(),
+        };
+        let both = [scoped("default"), scoped("staging")];
         let default_only = &both[..1];
         // A create (one pass) and an update adding the analysis (through the JSON).
         for old in [None, Some(&plain)] {
@@ -1272,6 +1280,68 @@ mod tests {
             verdict(Some(&stored), Some(default_only)).0,
             Verdict::Allowed
         );
+    }
+
+    /// A query its endpoint cannot scope to the object's namespace is denied with the
+    /// query's field path, on both readings; the same query to an endpoint with
+    /// `tenancy: none` is allowed, and a query naming its own namespace is.
+    #[test]
+    fn a_query_its_endpoint_cannot_scope_is_denied() {
+        let verdict = |query: &str, tenancy: Tenancy, old: Option<Value>| {
+            let mut object = stormservice(json!({}));
+            object["metadata"]["namespace"] = json!("team-a");
+            let plain = object.clone();
+            object["spec"]["updateStrategy"] = json!({"canary": {"steps": [
+                {"analysis": {"metrics": [
+                    {"name": "errors", "provider": {"prometheus": {"query": query}},
+                     "successCondition": "result < 1"}]}}]}});
+            let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
+            let old = old.map(|_| plain);
+            let body = review_body(Hook::ValidateStormService, operation, object, old);
+            let endpoints = [ConfiguredEndpoint {
+                name: "default".into(),
+                tenancy,
+            }];
+            let cluster = Cluster {
+                endpoints: Some(&endpoints),
+                ..Cluster::default()
+            };
+            let answer = review_knowing(Hook::ValidateStormService, &body, cluster).unwrap();
+            let review: Value = serde_json::from_slice(&answer.json).unwrap();
+            let message = review["response"]["status"]["message"].as_str();
+            (answer.verdict, message.unwrap_or_default().to_string())
+        };
+        for old in [None, Some(json!({}))] {
+            let (denied, message) = verdict(
+                r#"sum(up{namespace="team-b"})"#,
+                Tenancy::default(),
+                old.clone(),
+            );
+            assert_eq!(denied, Verdict::Denied);
+            assert!(
+                message.starts_with(
+                    "spec.updateStrategy.canary.steps[0].analysis.metrics[0].provider.prometheus.query: \
+                     Invalid value: (as written): endpoint \"default\" (tenancy: namespace): the \
+                     query selects on `namespace` itself (namespace=\"team-b\")"
+                ),
+                "{message}"
+            );
+            let (denied, message) = verdict("sum(", Tenancy::default(), old.clone());
+            assert_eq!(denied, Verdict::Denied);
+            assert!(message.contains("the query is not PromQL"), "{message}");
+            for (query, tenancy) in [
+                (r#"sum(up{namespace="team-b"})"#, Tenancy::AsWritten),
+                (r#"sum(up{namespace="{{namespace}}"})"#, Tenancy::default()),
+                (r#"sum(up{namespace="team-a"})"#, Tenancy::default()),
+                ("sum(up)", Tenancy::default()),
+            ] {
+                assert_eq!(
+                    verdict(query, tenancy, old.clone()).0,
+                    Verdict::Allowed,
+                    "{query}"
+                );
+            }
+        }
     }
 
     /// Which ordinary reviews the one-pass reading answers (and so which ones the property
