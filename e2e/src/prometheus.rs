@@ -325,3 +325,80 @@ impl Drop for Prometheus {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// An analysis endpoint on loopback that reads every query and never answers: the slow
+/// tenant's Prometheus. It counts the queries by their text and holds at most
+/// [`Silent::HELD`] connections open (older ones are closed).
+pub struct Silent {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    queries: Arc<Mutex<BTreeMap<String, usize>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Silent {
+    /// Connections held open at most.
+    pub const HELD: usize = 256;
+
+    /// Starts listening.
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let addr = listener.local_addr().unwrap();
+        let queries: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (queries, stop) = (queries.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut held = std::collections::VecDeque::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((mut stream, _)) => {
+                            let _ = stream.set_nonblocking(false);
+                            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                            let mut request = [0u8; 4096];
+                            let read = stream.read(&mut request).unwrap_or(0);
+                            let text = String::from_utf8_lossy(&request[..read]);
+                            let target = text.split(' ').nth(1).unwrap_or_default().to_string();
+                            *queries.lock().unwrap().entry(target).or_default() += 1;
+                            held.push_back(stream);
+                            if held.len() > Self::HELD {
+                                held.pop_front();
+                            }
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            })
+        };
+        Self {
+            addr,
+            queries,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Queries received whose request target contains `text` (percent-encoded as sent).
+    pub fn queries_containing(&self, text: &str) -> usize {
+        self.queries
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(target, _)| target.contains(text))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -767,3 +767,183 @@ async fn a_tenants_analysis_measures_only_its_own_namespace() {
         assert!(!log.contains(value), "the operator's log holds {value}");
     }
 }
+
+/// 16 StormServices of one tenant whose analyses query an endpoint that never answers:
+/// their measurements run off the reconcile path, within that namespace's share of the
+/// permits, so another namespace's measurement on a healthy endpoint is taken within its
+/// initial delay plus one timeout, and its rollouts (analysed or not) proceed meanwhile.
+/// Resetting a slow analysis's status (the tenant may) makes its measurement due again by
+/// the status, but not by the operator's clock: the silent endpoint sees no new query.
+#[tokio::test]
+#[ignore = "needs the local control plane and Prometheus from hack/build-tools.sh (make test); runs its own operator"]
+async fn a_tenants_silent_endpoint_starves_no_other_namespace() {
+    const SLOW: usize = 16;
+    const TIMEOUT_SECONDS: i64 = 2;
+    install_crds();
+    let client = client().await;
+    let slow_ns = TestNamespace::create(&client, "slow").await;
+    let other_ns = TestNamespace::create(&client, "bystander").await;
+    let exporter = Exporter::start();
+    let _revisions = exporter.follow_revisions(Api::namespaced(client.clone(), other_ns.name()));
+    exporter.set_for_every_revision("ok", "", 0.01);
+    let prometheus = Prometheus::start("starve", &[exporter.addr]);
+    let silent = e2e::prometheus::Silent::start();
+    let config = cluster_dir().join("analysis-starve.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "prometheus:\n- name: default\n  address: http://{}\n  timeout: {TIMEOUT_SECONDS}s\n\
+             - name: silent\n  address: http://{}\n  timeout: {TIMEOUT_SECONDS}s\n",
+            prometheus.addr, silent.addr
+        ),
+    )
+    .expect("analysis config");
+    let flag = format!("--analysis-config={}", config.display());
+    let _operator = Operator::start("analysis-starve", &["--controllers=true", &flag]);
+
+    // The slow tenant: every measurement waits for its timeout.
+    let slow_api: Api<StormService> = Api::namespaced(client.clone(), slow_ns.name());
+    let slow_name = |i: usize| format!("slow-{i:02}");
+    for i in 0..SLOW {
+        let interval = if i == 0 { "30s" } else { "1s" };
+        let strategy = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+        "canary": {"steps": [
+            {"analysis": {"metrics": [{"name": "slow", "count": 100, "interval": interval,
+                "inconclusiveLimit": 100, "successCondition": "result > 0",
+                "provider": {"prometheus": {"endpoint": "silent",
+                    "query": r#"sum(up{job="{{name}}"})"#}}}]}},
+            {"setWeight": 100},
+        ]}});
+        create_ready(
+            &slow_api,
+            stormservice(&slow_name(i), 1, strategy, &[("decode", 1)]),
+        )
+        .await;
+    }
+    for i in 0..SLOW {
+        set_images(&slow_api, &slow_name(i), &[0], "engine:2").await;
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while (0..SLOW)
+        .filter(|i| silent.queries_containing(&slow_name(*i)) > 0)
+        .count()
+        < 4
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the silent endpoint got no queries of 4 slow StormServices within {TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Another namespace: an analysed canary and a plain rollout proceed meanwhile.
+    let other_api: Api<StormService> = Api::namespaced(client.clone(), other_ns.name());
+    let analysed = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1,
+    "canary": {"steps": [
+        {"setWeight": 50},
+        {"analysis": {"metrics": [metric("ok", None,
+            json!({"count": 2, "interval": "1s", "failureCondition": "result >= 0.1"}))]}},
+        {"setWeight": 100},
+    ]}});
+    create_ready(
+        &other_api,
+        stormservice("analysed", 2, analysed, &[("decode", 1)]),
+    )
+    .await;
+    let plain = json!({"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 1});
+    create_ready(
+        &other_api,
+        stormservice("plain", 2, plain, &[("decode", 1)]),
+    )
+    .await;
+    set_images(&other_api, "analysed", &[0], "engine:2").await;
+    set_images(&other_api, "plain", &[0], "engine:2").await;
+    let measuring = wait_for(
+        &other_api,
+        "analysed",
+        "its first measurement",
+        TIMEOUT,
+        |ss| {
+            canary(ss)
+                .and_then(|c| c.analysis.as_ref())
+                .is_some_and(|a| a.metrics[0].measured >= 1)
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let analysis = canary(Some(&measuring)).unwrap().analysis.clone().unwrap();
+    let first = &analysis.metrics[0].measurements[0];
+    assert_eq!(first.phase, MeasurementPhase::Successful, "{first:?}");
+    // Status times are whole seconds: one more for the rounding of each.
+    let waited = first.time.0.as_second() - analysis.start_time.0.as_second();
+    assert!(
+        waited <= 1 + TIMEOUT_SECONDS + 2,
+        "measured {waited} s after the analysis began (initial delay 1 s, timeout {TIMEOUT_SECONDS} s)"
+    );
+    wait_for(
+        &other_api,
+        "analysed",
+        "the canary completed",
+        TIMEOUT,
+        |ss| canary(ss).is_some_and(|c| c.phase == Some(CanaryPhase::Completed)),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        &other_api,
+        "plain",
+        "the plain rollout settled",
+        TIMEOUT,
+        |ss| {
+            e2e::roles::stormservice_settled(ss, None)
+                && ss.is_some_and(|s| s.metadata.generation == Some(2))
+        },
+    )
+    .await
+    .unwrap();
+
+    // Status resets: due again by the status, not by the operator's clock.
+    let reset = slow_name(0);
+    let measured_once = |ss: Option<&StormService>| {
+        canary(ss)
+            .and_then(|c| c.analysis.as_ref())
+            .is_some_and(|a| a.metrics[0].measured == 1)
+    };
+    wait_for(
+        &slow_api,
+        &reset,
+        "its first measurement",
+        TIMEOUT,
+        measured_once,
+    )
+    .await
+    .unwrap();
+    let sent = silent.queries_containing(&reset);
+    assert_eq!(sent, 1, "one query per 30 s interval");
+    for _ in 0..3 {
+        let patched = slow_api
+            .patch_status(
+                &reset,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"canaryStatus": {"analysis": null}}})),
+            )
+            .await
+            .unwrap();
+        let reset_at = patched.metadata.resource_version.clone();
+        wait_for(
+            &slow_api,
+            &reset,
+            "the reset analysis measured again",
+            TIMEOUT,
+            |ss| measured_once(ss) && ss.is_some_and(|s| s.metadata.resource_version != reset_at),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        silent.queries_containing(&reset),
+        sent,
+        "a status reset sends no query before the interval is over"
+    );
+}

@@ -3,7 +3,7 @@
 //! due metrics take from them. A StormService names an endpoint, never an address: the
 //! operator only ever calls the addresses in its own configuration.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,10 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, Semaphore, broadcast};
 
 use crate::api::analysis::{AnalysisMetric, QueryValues, render_query};
 use crate::api::tenancy::{ConfiguredEndpoint, Tenancy, is_label_name};
@@ -253,10 +254,15 @@ pub trait MetricsProvider: Send + Sync {
     fn query<'a>(&'a self, query: &'a str) -> BoxFuture<'a, Result<f64, String>>;
 }
 
-/// The configured endpoints, and the bound on queries in flight.
+/// The configured endpoints, and the worker that takes measurements off the reconcile
+/// path: a reconcile hands over what is due and takes what has been measured; the queries
+/// run in tasks of their own, bounded in number overall and per namespace, and each one
+/// that finishes brings its StormService's reconcile back ([`Providers::finished`]).
 pub struct Providers {
     by_name: BTreeMap<String, Endpoint>,
     in_flight: Semaphore,
+    jobs: std::sync::Mutex<Jobs>,
+    finished: broadcast::Sender<(String, String)>,
 }
 
 /// One configured endpoint: where numbers come from, and how queries to it are scoped.
@@ -265,6 +271,58 @@ pub struct Endpoint {
     pub provider: Arc<dyn MetricsProvider>,
     /// Whose series a query may read.
     pub tenancy: Tenancy,
+    /// How long a measurement may take, the wait for a query permit included.
+    pub timeout: Duration,
+}
+
+/// Most measurements the worker keeps track of (running, or answered and remembered for the
+/// cadence): a bound on its memory whatever the number of StormServices.
+const MAX_JOBS: usize = 4096;
+/// Most measurements of one namespace running at once: a quarter of the permits, so one
+/// tenant's slow queries leave the rest to the others.
+pub const NAMESPACE_SHARE: usize = QUERIES_IN_FLIGHT / 4;
+/// Least time between two queries of a metric measured once (no `interval`), by the
+/// operator's clock.
+const ONCE_SPACING: Duration = Duration::from_secs(10);
+/// How long an answer handed over is remembered (the longest interval): past it, a
+/// measurement is due by the status alone.
+const REMEMBERED: Duration = Duration::from_secs(crate::api::analysis::MAX_ANALYSIS_WAIT);
+
+/// A measurement of one metric of one StormService.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct JobKey {
+    namespace: String,
+    uid: String,
+    due: Due,
+}
+
+struct Job {
+    /// The StormService's name, to bring its reconcile back.
+    name: String,
+    /// The query as sent.
+    query: String,
+    /// When it was sent, by the operator's clock.
+    started: Instant,
+    /// Time between measurements of the metric.
+    interval: Duration,
+    /// `None` while running.
+    value: Option<Result<f64, String>>,
+    /// Whether a reconcile has taken the answer.
+    handed: bool,
+}
+
+#[derive(Default)]
+struct Jobs {
+    by_key: HashMap<JobKey, Job>,
+    running: HashMap<String, usize>,
+}
+
+impl Jobs {
+    /// Forgets answers handed over longer ago than any interval.
+    fn prune(&mut self) {
+        self.by_key
+            .retain(|_, job| !job.handed || job.started.elapsed() < REMEMBERED);
+    }
 }
 
 impl Default for Providers {
@@ -279,6 +337,8 @@ impl Providers {
         Self {
             by_name,
             in_flight: Semaphore::new(QUERIES_IN_FLIGHT),
+            jobs: std::sync::Mutex::default(),
+            finished: broadcast::channel(1024).0,
         }
     }
 
@@ -293,7 +353,15 @@ impl Providers {
         for endpoint in &config.prometheus {
             let provider = Arc::new(Prometheus::new(endpoint, client.clone(), namespace)?);
             let tenancy = endpoint.tenancy().map_err(anyhow::Error::msg)?;
-            by_name.insert(endpoint.name.clone(), Endpoint { provider, tenancy });
+            let timeout = endpoint.timeout().map_err(anyhow::Error::msg)?;
+            by_name.insert(
+                endpoint.name.clone(),
+                Endpoint {
+                    provider,
+                    tenancy,
+                    timeout,
+                },
+            );
         }
         Ok(Self::new(by_name))
     }
@@ -309,18 +377,38 @@ impl Providers {
             .collect()
     }
 
-    /// Takes the measurements `due` for `service`, side by side (each bounded by its
-    /// endpoint's timeout, and all by [`QUERIES_IN_FLIGHT`]).
-    /// The revision placeholders are `revisions`, the names the controller derived itself:
-    /// the stored status is the tenant's to write.
-    pub async fn measure(
-        &self,
+    /// The StormServices (namespace, name) whose measurement has just been answered.
+    pub fn finished<K>(&self) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+    where
+        K: kube::Resource<DynamicType = ()> + 'static,
+    {
+        futures::stream::unfold(self.finished.subscribe(), |mut finished| async move {
+            loop {
+                match finished.recv().await {
+                    Ok((namespace, name)) => {
+                        return Some((ObjectRef::new(&name).within(&namespace), finished));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+    }
+
+    /// Hands the measurements `due` for `service` to the worker and takes those it has
+    /// answered; never waits for a query. A measurement due again within its interval of
+    /// the last query by the operator's clock (the status, which the tenant may reset, says
+    /// it is due) is given the last answer instead of a new query. The revision
+    /// placeholders are `revisions`, the names the controller derived itself.
+    pub fn measure(
+        self: &Arc<Self>,
         service: &StormService,
         revisions: RevisionNames<'_>,
         due: Vec<Due>,
     ) -> Vec<Measured> {
         let namespace = service.namespace().unwrap_or_default();
         let name = service.name_any();
+        let uid = service.uid().unwrap_or_default();
         let spec_steps = service.spec.canary_steps().unwrap_or_default();
         let background = service
             .spec
@@ -328,7 +416,10 @@ impl Providers {
             .as_ref()
             .and_then(|s| s.canary.as_ref())
             .and_then(|c| c.analysis.as_ref());
-        let measurements = due.into_iter().map(|due| {
+        let mut measured = Vec::new();
+        let mut jobs = self.jobs.lock().expect("the analysis jobs");
+        jobs.prune();
+        for due in due {
             let metric = metric_of(spec_steps, background, due);
             let values = QueryValues {
                 canary_revision: revisions.canary,
@@ -337,40 +428,130 @@ impl Providers {
                 namespace: &namespace,
                 name: &name,
             };
-            async move {
-                let value = match metric {
-                    Some(metric) => self.measure_one(metric, &values).await,
-                    None => Err("the metric is no longer in the spec".to_string()),
-                };
-                Measured { due, value }
+            let prepared = match metric {
+                Some(metric) => self.prepare(metric, &values),
+                None => Err("the metric is no longer in the spec".to_string()),
+            };
+            let (query, endpoint, interval) = match prepared {
+                Ok(prepared) => prepared,
+                Err(why) => {
+                    measured.push(Measured {
+                        due,
+                        value: Err(why),
+                    });
+                    continue;
+                }
+            };
+            let key = JobKey {
+                namespace: namespace.clone(),
+                uid: uid.clone(),
+                due,
+            };
+            if let Some(job) = jobs.by_key.get_mut(&key) {
+                match &job.value {
+                    None => continue,
+                    Some(value) if !job.handed => {
+                        measured.push(Measured {
+                            due,
+                            value: value.clone(),
+                        });
+                        job.handed = true;
+                        continue;
+                    }
+                    // Status timestamps are whole seconds: a measurement due by the status
+                    // comes at least `interval - 1s` after the last query began.
+                    Some(value)
+                        if job.query == query
+                            && job.started.elapsed() + Duration::from_secs(1) < job.interval =>
+                    {
+                        measured.push(Measured {
+                            due,
+                            value: value.clone(),
+                        });
+                        continue;
+                    }
+                    Some(_) => {}
+                }
             }
-        });
-        futures::future::join_all(measurements).await
+            let running = jobs.running.get(&namespace).copied().unwrap_or(0);
+            if running >= NAMESPACE_SHARE
+                || (jobs.by_key.len() >= MAX_JOBS && !jobs.by_key.contains_key(&key))
+            {
+                // Taken by a later reconcile: the due measurement keeps the requeue short.
+                continue;
+            }
+            *jobs.running.entry(namespace.clone()).or_default() += 1;
+            jobs.by_key.insert(
+                key.clone(),
+                Job {
+                    name: name.clone(),
+                    query: query.clone(),
+                    started: Instant::now(),
+                    interval,
+                    value: None,
+                    handed: false,
+                },
+            );
+            let providers = self.clone();
+            let provider = endpoint.provider.clone();
+            let timeout = endpoint.timeout;
+            tokio::spawn(async move {
+                let value = tokio::time::timeout(timeout, async {
+                    let _permit = providers
+                        .in_flight
+                        .acquire()
+                        .await
+                        .map_err(|_| "the operator is stopping".to_string())?;
+                    provider.query(&query).await
+                })
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
+                providers.answered(key, value);
+            });
+        }
+        measured
     }
 
-    async fn measure_one(
+    /// Keeps a measurement's answer for the next reconcile of its StormService, and brings
+    /// that reconcile back.
+    fn answered(&self, key: JobKey, value: Result<f64, String>) {
+        let mut jobs = self.jobs.lock().expect("the analysis jobs");
+        if let Some(running) = jobs.running.get_mut(&key.namespace) {
+            *running = running.saturating_sub(1);
+            if *running == 0 {
+                jobs.running.remove(&key.namespace);
+            }
+        }
+        if let Some(job) = jobs.by_key.get_mut(&key) {
+            job.value = Some(value);
+            let _ = self.finished.send((key.namespace, job.name.clone()));
+        }
+    }
+
+    /// The query of `metric` as its endpoint will run it, the endpoint, and the metric's
+    /// interval; or why it cannot run.
+    fn prepare(
         &self,
         metric: &AnalysisMetric,
         values: &QueryValues<'_>,
-    ) -> Result<f64, String> {
+    ) -> Result<(String, &Endpoint, Duration), String> {
         let Some(prometheus) = &metric.provider.prometheus else {
             return Err("the metric names no provider".into());
         };
         let query = render_query(&prometheus.query, Some(values), metric.role.is_some())?;
-        let endpoint = metric.endpoint();
-        let Endpoint { provider, tenancy } = self.by_name.get(endpoint).ok_or_else(|| {
-            format!(
-                "no Prometheus endpoint {endpoint:?} is configured (squall run --analysis-config)"
-            )
+        let name = metric.endpoint();
+        let endpoint = self.by_name.get(name).ok_or_else(|| {
+            format!("no Prometheus endpoint {name:?} is configured (squall run --analysis-config)")
         })?;
         // Refused here too: a query stored before the endpoint was scoped is sent nowhere.
-        let query = tenancy.apply(&query, values.namespace)?;
-        let _permit = self
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| "the operator is stopping".to_string())?;
-        provider.query(&query).await
+        let query = endpoint.tenancy.apply(&query, values.namespace)?;
+        // A metric measured once has no interval: a status reset may still not ask again
+        // more often than this.
+        let interval = match metric.interval_seconds() {
+            0 => ONCE_SPACING,
+            seconds => Duration::from_secs(seconds),
+        };
+        Ok((query, endpoint, interval))
     }
 }
 
@@ -606,21 +787,32 @@ fn without_series(text: &str) -> String {
 }
 
 /// The one number of a Prometheus instant query's answer: a scalar, or a vector of exactly
-/// one sample. No sample is "no data"; several are a query to aggregate.
+/// one sample. No sample is "no data"; several are a query to aggregate. Read into typed
+/// shapes that skip every label set: no `Value` of the answer is built.
 fn number_of(status: http::StatusCode, body: &[u8]) -> Result<f64, String> {
+    use serde::de::IgnoredAny;
+    use serde_json::value::RawValue;
     #[derive(Deserialize)]
-    struct Answer {
-        status: String,
+    struct Answer<'a> {
+        status: &'a str,
         #[serde(default)]
         error: Option<String>,
-        #[serde(default)]
-        data: Option<Data>,
+        #[serde(default, borrow)]
+        data: Option<Data<'a>>,
     }
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
-    struct Data {
-        result_type: String,
-        result: serde_json::Value,
+    struct Data<'a> {
+        result_type: &'a str,
+        #[serde(borrow)]
+        result: &'a RawValue,
+    }
+    /// `[time, "value"]`.
+    type Sample = (IgnoredAny, String);
+    /// A vector's element; its `metric` (the label set) is skipped.
+    #[derive(Deserialize)]
+    struct Element {
+        value: Option<Sample>,
     }
     // Nothing of the body is quoted: it may hold series of other namespaces.
     let answer: Answer = serde_json::from_slice(body).map_err(|_| {
@@ -638,33 +830,45 @@ fn number_of(status: http::StatusCode, body: &[u8]) -> Result<f64, String> {
         ));
     }
     let data = answer.data.ok_or("Prometheus answered without data")?;
-    let sample = match data.result_type.as_str() {
-        "scalar" => &data.result,
+    let text = match data.result_type {
+        "scalar" => {
+            let (_, value): Sample =
+                serde_json::from_str(data.result.get()).map_err(|_| "a scalar without a value")?;
+            value
+        }
         "vector" => {
-            let samples = data
-                .result
-                .as_array()
-                .ok_or("a vector that is not a list")?;
-            match samples.as_slice() {
-                [] => return Err("no data: the query matched no series".into()),
-                [one] => &one["value"],
+            let mut elements: Vec<Element> = serde_json::from_str(data.result.get())
+                .map_err(|_| "a vector that is not a list of samples")?;
+            match elements.len() {
+                0 => return Err("no data: the query matched no series".into()),
+                1 => {
+                    elements
+                        .pop()
+                        .and_then(|e| e.value)
+                        .ok_or("a sample without a value")?
+                        .1
+                }
                 many => {
                     return Err(format!(
-                        "the query gave {} series; aggregate it to one (e.g. sum(...))",
-                        many.len()
+                        "the query gave {many} series; aggregate it to one (e.g. sum(...))"
                     ));
                 }
             }
         }
-        other => return Err(format!("a {other} result; the query must give one number")),
+        other => {
+            return Err(format!(
+                "a {} result; the query must give one number",
+                without_series(&other.chars().take(32).collect::<String>())
+            ));
+        }
     };
-    let text = sample
-        .get(1)
-        .and_then(serde_json::Value::as_str)
-        .ok_or("a sample without a value")?;
     // Prometheus writes NaN and ±Inf as "NaN", "+Inf", "-Inf".
-    text.parse::<f64>()
-        .map_err(|_| format!("the sample value {text:?} is not a number"))
+    text.parse::<f64>().map_err(|_| {
+        format!(
+            "the sample value {:?} is not a number",
+            text.chars().take(32).collect::<String>()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -716,6 +920,167 @@ mod tests {
             let error = AnalysisConfig::parse(bad).unwrap_err().to_string();
             assert!(error.contains(says), "{bad:?}: {error}");
         }
+    }
+
+    /// A provider counting its queries: answers `answer`, or never.
+    struct Counting {
+        queries: std::sync::atomic::AtomicUsize,
+        answer: Option<f64>,
+    }
+
+    impl MetricsProvider for Counting {
+        fn query<'a>(&'a self, _query: &'a str) -> BoxFuture<'a, Result<f64, String>> {
+            self.queries
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = self.answer;
+            Box::pin(async move {
+                match answer {
+                    Some(value) => Ok(value),
+                    None => futures::future::pending().await,
+                }
+            })
+        }
+    }
+
+    fn providers(endpoints: &[(&str, Arc<Counting>)]) -> Arc<Providers> {
+        let by_name = endpoints
+            .iter()
+            .map(|(name, provider)| {
+                let endpoint = Endpoint {
+                    provider: provider.clone(),
+                    tenancy: Tenancy::default(),
+                    timeout: Duration::from_secs(2),
+                };
+                (name.to_string(), endpoint)
+            })
+            .collect();
+        Arc::new(Providers::new(by_name))
+    }
+
+    fn counting(answer: Option<f64>) -> Arc<Counting> {
+        Arc::new(Counting {
+            queries: Default::default(),
+            answer,
+        })
+    }
+
+    /// A StormService of `namespace` whose step 1 measures `up` on `endpoint` every 30 s.
+    fn analysed(namespace: &str, name: &str, endpoint: &str) -> StormService {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}")},
+            "spec": {"selector": {"matchLabels": {"app": "a"}},
+                "template": {"metadata": {"labels": {"app": "a"}}, "spec": {"roles": [{"name": "decode"}]}},
+                "updateStrategy": {"canary": {"steps": [{"setWeight": 50}, {"analysis": {"metrics": [
+                    {"name": "up", "interval": "30s", "count": 3, "successCondition": "result > 0",
+                     "provider": {"prometheus": {"endpoint": endpoint, "query": "sum(up)"}}}]}}]}}}
+        }))
+        .unwrap()
+    }
+
+    const STEP: Due = Due {
+        subject: Subject::Step(1),
+        metric: 0,
+    };
+    const REVISIONS: RevisionNames<'static> = RevisionNames {
+        canary: "r2",
+        stable: "r1",
+    };
+
+    /// A reconcile never waits for a query: the first hands it over, the answer brings the
+    /// StormService back, the next takes it. Due again at once (a status reset says so), it
+    /// is given the same answer, not a new query.
+    #[tokio::test]
+    async fn measurements_run_off_the_reconcile_and_keep_the_operators_cadence() {
+        use futures::StreamExt;
+        let healthy = counting(Some(1.0));
+        let providers = providers(&[("default", healthy.clone())]);
+        let mut finished = Box::pin(providers.finished::<StormService>());
+        let service = analysed("team-a", "llm", "default");
+        assert_eq!(providers.measure(&service, REVISIONS, vec![STEP]), []);
+        let back = tokio::time::timeout(Duration::from_secs(5), finished.next())
+            .await
+            .expect("the answer brings the reconcile back")
+            .unwrap();
+        assert_eq!(
+            (back.name.as_str(), back.namespace.as_deref()),
+            ("llm", Some("team-a"))
+        );
+        let taken = providers.measure(&service, REVISIONS, vec![STEP]);
+        assert_eq!(
+            taken,
+            [Measured {
+                due: STEP,
+                value: Ok(1.0)
+            }]
+        );
+        for _ in 0..5 {
+            let again = providers.measure(&service, REVISIONS, vec![STEP]);
+            assert_eq!(
+                again,
+                [Measured {
+                    due: STEP,
+                    value: Ok(1.0)
+                }]
+            );
+        }
+        assert_eq!(healthy.queries.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// One namespace's queries to an endpoint that never answers hold at most its share of
+    /// the permits; another namespace's measurement is taken meanwhile; a query its
+    /// endpoint cannot scope is answered at once, sent nowhere.
+    #[tokio::test]
+    async fn one_namespace_holds_at_most_its_share() {
+        use futures::StreamExt;
+        let (silent, healthy) = (counting(None), counting(Some(2.0)));
+        let providers = providers(&[("silent", silent.clone()), ("default", healthy.clone())]);
+        let mut finished = Box::pin(providers.finished::<StormService>());
+        for i in 0..16 {
+            let slow = analysed("team-a", &format!("slow-{i}"), "silent");
+            assert_eq!(providers.measure(&slow, REVISIONS, vec![STEP]), []);
+        }
+        let other = analysed("team-b", "llm", "default");
+        assert_eq!(providers.measure(&other, REVISIONS, vec![STEP]), []);
+        tokio::time::timeout(Duration::from_secs(5), finished.next())
+            .await
+            .expect("team-b's answer");
+        assert_eq!(
+            providers.measure(&other, REVISIONS, vec![STEP]),
+            [Measured {
+                due: STEP,
+                value: Ok(2.0)
+            }]
+        );
+        // Sent: team-a's share of the silent queries, none of the others.
+        tokio::task::yield_now().await;
+        assert_eq!(
+            silent.queries.load(std::sync::atomic::Ordering::SeqCst),
+            NAMESPACE_SHARE
+        );
+        let mut unscoped = analysed("team-c", "llm", "default");
+        let metric = &mut unscoped
+            .spec
+            .update_strategy
+            .as_mut()
+            .unwrap()
+            .canary
+            .as_mut()
+            .unwrap()
+            .steps
+            .as_mut()
+            .unwrap()[1]
+            .analysis
+            .as_mut()
+            .unwrap()
+            .metrics[0];
+        metric.provider.prometheus.as_mut().unwrap().query = r#"up{namespace="team-b"}"#.into();
+        let refused = providers.measure(&unscoped, REVISIONS, vec![STEP]);
+        assert!(
+            matches!(&refused[..], [Measured { value: Err(why), .. }] if why.contains("itself")),
+            "{refused:?}"
+        );
+        assert_eq!(healthy.queries.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

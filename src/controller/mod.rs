@@ -1136,7 +1136,8 @@ async fn run_scope(
             )
             .owns_shared_stream(caches.rolesets.subscribe())
             .owns_shared_stream(caches.revisions.subscribe())
-            .owns_shared_stream(caches.services.subscribe()),
+            .owns_shared_stream(caches.services.subscribe())
+            .reconcile_on(providers.finished()),
             guard,
         ),
         stormservice::reconcile,

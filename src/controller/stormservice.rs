@@ -154,7 +154,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         canary: &names.0,
         stable: &names.1,
     };
-    let measured = measure_due(service, ctx, revision_names, now.as_second()).await;
+    let measured = measure_due(service, ctx, revision_names, now.as_second());
     let pass = decide(&PassInput {
         service,
         current: &revisions.current,
@@ -281,9 +281,10 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     }
 }
 
-/// Takes the canary analysis measurements due at `now` (none while nothing is due: the
-/// planner's requeue brings the reconcile back when one is).
-async fn measure_due(
+/// Hands the canary analysis measurements due at `now` to the worker and takes those it has
+/// answered (none while nothing is due: the planner's requeue brings the reconcile back when
+/// one is, and the worker when an answer comes).
+fn measure_due(
     service: &StormService,
     ctx: &Context,
     revisions: RevisionNames<'_>,
@@ -307,7 +308,7 @@ async fn measure_due(
     if due.is_empty() {
         return Vec::new();
     }
-    let measured = ctx.providers.measure(service, revisions, due).await;
+    let measured = ctx.providers.measure(service, revisions, due);
     for m in &measured {
         ctx.metrics.analysis_measurement(m.value.is_ok());
         if let Err(why) = &m.value {

@@ -18,7 +18,7 @@ use crate::api::bounded_status::{MEASUREMENT_MESSAGE_BYTES, STATUS_MESSAGE_CHARS
 use crate::api::condition::Condition;
 
 /// Which analysis a measurement belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Subject {
     /// The analysis of the canary step with this index.
     Step(usize),
@@ -27,7 +27,7 @@ pub enum Subject {
 }
 
 /// A measurement due now: the metric with this index in its analysis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Due {
     /// Whose metric.
     pub subject: Subject,
