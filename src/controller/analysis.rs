@@ -318,10 +318,27 @@ struct Jobs {
 }
 
 impl Jobs {
-    /// Forgets answers handed over longer ago than any interval.
+    /// Forgets answers older than any interval (taken or not: a StormService deleted, or
+    /// moved on, never takes its last one).
     fn prune(&mut self) {
         self.by_key
-            .retain(|_, job| !job.handed || job.started.elapsed() < REMEMBERED);
+            .retain(|_, job| job.value.is_none() || job.started.elapsed() < REMEMBERED);
+    }
+
+    /// Whether `key` may be tracked: it is, or there is room, or room is made by forgetting
+    /// the oldest answer already taken (which only costs its cadence memory), so a tenant
+    /// with many StormServices cannot stop everyone's measurements.
+    fn room_for(&mut self, key: &JobKey) -> bool {
+        if self.by_key.len() < MAX_JOBS || self.by_key.contains_key(key) {
+            return true;
+        }
+        let oldest = self
+            .by_key
+            .iter()
+            .filter(|(_, job)| job.handed)
+            .min_by_key(|(_, job)| job.started)
+            .map(|(key, _)| key.clone());
+        oldest.is_some_and(|oldest| self.by_key.remove(&oldest).is_some())
     }
 }
 
@@ -474,9 +491,7 @@ impl Providers {
                 }
             }
             let running = jobs.running.get(&namespace).copied().unwrap_or(0);
-            if running >= NAMESPACE_SHARE
-                || (jobs.by_key.len() >= MAX_JOBS && !jobs.by_key.contains_key(&key))
-            {
+            if running >= NAMESPACE_SHARE || !jobs.room_for(&key) {
                 // Taken by a later reconcile: the due measurement keeps the requeue short.
                 continue;
             }
@@ -1081,6 +1096,46 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(healthy.queries.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// The worker's memory is bounded: full, it forgets the oldest answer already taken to
+    /// make room, never a running measurement or an answer not yet taken.
+    #[test]
+    fn the_worker_forgets_the_oldest_taken_answer_when_full() {
+        let key = |i: usize| JobKey {
+            namespace: "team-a".into(),
+            uid: format!("uid-{i}"),
+            due: STEP,
+        };
+        let start = Instant::now();
+        let job = |i: usize, handed: bool| Job {
+            name: format!("s-{i}"),
+            query: "up".into(),
+            started: start + Duration::from_millis(i as u64),
+            interval: Duration::from_secs(30),
+            value: handed.then_some(Ok(1.0)),
+            handed,
+        };
+        let mut jobs = Jobs::default();
+        for i in 0..MAX_JOBS {
+            jobs.by_key.insert(key(i), job(i, i % 2 == 1));
+        }
+        assert!(jobs.room_for(&key(MAX_JOBS)));
+        assert_eq!(jobs.by_key.len(), MAX_JOBS - 1);
+        assert!(
+            !jobs.by_key.contains_key(&key(1)),
+            "the oldest taken answer"
+        );
+        assert!(
+            jobs.by_key.contains_key(&key(0)),
+            "a running measurement stays"
+        );
+        let mut running = Jobs::default();
+        for i in 0..MAX_JOBS {
+            running.by_key.insert(key(i), job(i, false));
+        }
+        assert!(!running.room_for(&key(MAX_JOBS)));
+        assert!(running.room_for(&key(0)), "a measurement it tracks");
     }
 
     #[test]
