@@ -10,6 +10,9 @@
 #     default 200 = 1,600 pods; BENCH_CANARIES, default 25 = 100 steps)
 #   - hostile: peak RSS and /healthz latency of a webhook server under hostile bodies, vs its
 #     idle peak (e2e/benches/hostile.rs)
+#   - hostile status: peak RSS, CPU and /healthz of the controllers while a tenant stores a
+#     megabyte status under a query of placeholders, vs the same run untouched
+#     (e2e/benches/hostile_status.rs)
 # Starts the local control plane unless one is up, and stops what it started.
 set -euo pipefail
 
@@ -57,6 +60,8 @@ cargo build --locked --release --bin squall
 SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench controller
 echo "==> hostile admission traffic (memory)"
 SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench hostile
+echo "==> hostile status (memory)"
+SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench hostile_status
 
 python3 - <<'PY'
 import pathlib, datetime
@@ -75,6 +80,8 @@ table = "\n".join([
     (out / "controller.md").read_text().strip(),
     "",
     (out / "hostile.md").read_text().strip(),
+    "",
+    (out / "hostile_status.md").read_text().strip(),
 ])
 readme = pathlib.Path("README.md")
 text = readme.read_text()

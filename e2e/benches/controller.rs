@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e2e::operator::{Operator, counter_sum, write_requests};
+use e2e::process::usage;
 use e2e::roles::{set_role_image, stormservice};
 use e2e::{TestNamespace, client, install_crds};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -51,28 +52,6 @@ fn env_number(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// CPU seconds and peak RSS (MiB) of a process, from /proc.
-fn usage(pid: u32) -> (f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
-    let after_comm = &stat[stat.rfind(')').expect("comm") + 2..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat; `after_comm` starts at field 3.
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    let hz: f64 = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let hwm_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    (ticks / hz, hwm_kib / 1024.0)
 }
 
 /// CPU seconds of the local control plane's processes (by the PID files `cluster.sh`

@@ -18,13 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::operator::{Operator, http_get};
+use e2e::process::{PEAK_RSS_BOUND_MIB, reset_peak, usage};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The bound the issue sets for the operator under this load.
-const PEAK_RSS_BOUND_MIB: f64 = 400.0;
 
 fn review(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
     serde_json::to_vec(&json!({
@@ -116,23 +114,6 @@ async fn post(addr: SocketAddr, config: Arc<rustls::ClientConfig>, path: &str, b
         .unwrap_or(0)
 }
 
-/// Starts a new peak: writing 5 to `clear_refs` resets VmHWM to the current RSS.
-fn reset_peak(pid: u32) {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
-}
-
-/// Peak RSS (VmHWM) of a process, MiB.
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .expect("VmHWM")
-        / 1024.0
-}
-
 /// Counts of answers by status.
 fn tally(statuses: &[u16]) -> String {
     let mut counts = std::collections::BTreeMap::new();
@@ -190,11 +171,11 @@ async fn main() {
         None,
     );
     assert_eq!(post(addr, h1.clone(), mutate, &small).await, 200);
-    let idle = peak_rss_mib(pid);
+    let idle = usage(pid).1;
     reset_peak(pid);
     let mut rows = Vec::new();
     let mut record = |phase: &str, statuses: &[u16], operator: &mut Operator| {
-        let peak = peak_rss_mib(pid);
+        let peak = usage(pid).1;
         reset_peak(pid);
         let alive = operator.wait_exit(Duration::ZERO).is_none();
         let worst = Duration::from_micros(worst_micros.swap(0, Ordering::Relaxed));

@@ -8,6 +8,7 @@
 //! - [`kubelet`]: what kwok does not emulate (in-place image updates, failures);
 //! - [`operator`]: `squall run --local` instances for tests;
 //! - [`network`]: TLS probes and the loopback-only connection check;
+//! - [`process`]: CPU and peak memory of a process, for the benchmarks;
 //! - [`prometheus`]: a real Prometheus and the exporter it scrapes, for canary analysis.
 //! - [`tenant`]: clients acting as a tenant with `edit` in one namespace.
 //!
@@ -21,6 +22,7 @@ pub mod helm;
 pub mod kubelet;
 pub mod network;
 pub mod operator;
+pub mod process;
 pub mod prometheus;
 mod recorder;
 pub mod roles;
@@ -30,12 +32,12 @@ pub mod tenant;
 use std::fmt::Debug;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -181,6 +183,26 @@ impl StatusBoundsLifted {
 impl Drop for StatusBoundsLifted {
     fn drop(&mut self) {
         install_crds();
+    }
+}
+
+/// Merges `status` into the StormService `name`'s, as soon as the API server validates with
+/// the CRD of a [`StatusBoundsLifted`] (a CRD update reaches its validation shortly after it
+/// is applied).
+pub async fn write_status(api: &Api<DynamicObject>, name: &str, status: serde_json::Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let patch = Patch::Merge(serde_json::json!({ "status": status }));
+    loop {
+        match api
+            .patch_status(name, &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 422 && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the API server stores the status of {name}: {e}"),
+        }
     }
 }
 

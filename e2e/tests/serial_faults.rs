@@ -22,11 +22,11 @@ use e2e::roles::{
 };
 use e2e::{
     Recorder, StatusBoundsLifted, TestNamespace, client, install_crds, kubelet, wait_for,
-    workspace_root,
+    workspace_root, write_status,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::json;
@@ -521,25 +521,6 @@ async fn write_past_int32(api: &Api<DynamicObject>, name: &str) {
     write_status(api, name, json!({"collisionCount": PAST_INT32})).await;
 }
 
-/// Merges `status` into the StormService `name`'s, as soon as the API server validates with
-/// the lifted CRD (a CRD update reaches its validation shortly after it is applied).
-async fn write_status(api: &Api<DynamicObject>, name: &str, status: serde_json::Value) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let patch = Patch::Merge(json!({ "status": status }));
-    loop {
-        match api
-            .patch_status(name, &PatchParams::default(), &patch)
-            .await
-        {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 422 && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the API server stores the status of {name}: {e}"),
-        }
-    }
-}
-
 /// A StormService whose stored status does not decode (an integer past `int32`): the other
 /// StormServices keep reconciling — while the operator runs, and after a restart that lists
 /// it first thing; the bad object is reported by namespace and name (never its body) and its
@@ -692,7 +673,7 @@ const CANARY_PLACEHOLDER: &str = "{{revision.canary}}";
 /// replaces it) on a StormService whose analysis query is nothing but `{{revision.canary}}`:
 /// the status is treated as absent and reported by name, the query is filled from the
 /// revision the controller derived, `/healthz` answers throughout, and a StormService in
-/// another namespace completes its canary meanwhile. The operator's peak RSS is printed.
+/// another namespace completes its canary meanwhile. `make bench` measures the peak RSS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the local control plane (make test)"]
 async fn a_megabyte_status_under_a_query_of_placeholders_stalls_nothing() {
@@ -804,13 +785,11 @@ async fn a_megabyte_status_under_a_query_of_placeholders_stalls_nothing() {
     let answers = answers.unwrap_or_else(|why| panic!("{why}"));
     println!("{written} megabyte statuses written; /healthz answered {answers} times");
     assert!(written >= 1, "the tenant's megabyte status was stored");
-    let peak = std::fs::read_to_string(format!("/proc/{}/status", operator.pid()))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .map(str::to_string)
-        .unwrap_or_default();
-    println!("operator peak RSS: {peak}");
+    // Bounded in `make bench` (e2e/benches/hostile_status.rs), against a baseline.
+    println!(
+        "operator peak RSS: {:.0} MiB",
+        e2e::process::usage(operator.pid()).1
+    );
     let log = operator.log();
     assert!(
         log.lines().any(|line| line.contains("name=victim")
