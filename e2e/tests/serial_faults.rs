@@ -22,9 +22,10 @@ use e2e::roles::{
 };
 use e2e::{
     Recorder, StatusBoundsLifted, TestNamespace, client, install_crds, kubelet, wait_for,
-    workspace_root, write_status,
+    wait_for_all, workspace_root, write_status,
 };
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
@@ -582,6 +583,31 @@ async fn a_status_integer_past_int32_stops_no_controller_and_no_shutdown() {
     )
     .await
     .unwrap();
+    // The tenant is told in its own namespace: a Warning event naming the field.
+    let events: Api<Event> = Api::namespaced(client.clone(), tenant.name());
+    let warned = wait_for_all(
+        &events,
+        "a Warning event about the victim's status",
+        TIMEOUT,
+        |events| {
+            events.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("StatusNotDecoded")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("victim")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("status.collisionCount"))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        warned
+            .iter()
+            .all(|e| !e.note.as_deref().unwrap_or_default().contains(MARKER)),
+        "no event quotes the object's body"
+    );
     set_role_image(&bystanders, "llm", 0, "engine:2").await;
     wait_for(
         &bystanders,

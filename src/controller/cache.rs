@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
@@ -39,6 +40,18 @@ const TRIGGER_BUFFER: usize = 1024;
 
 /// The annotation `kubectl apply` stores a whole copy of the object in; nothing reads it.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A stored object a cache could not use whole, for a Warning event about it (sent where
+/// the tenant who wrote it looks: its own namespace).
+#[derive(Clone, Debug)]
+pub struct DecodeWarning {
+    /// The object, at the version that did not decode.
+    pub regarding: ObjectReference,
+    /// Only its status was set aside (the controller derives it afresh).
+    pub status_only: bool,
+    /// The field and what is wrong with it, bounded; never the value.
+    pub reason: String,
+}
 
 /// Which watched objects a cache keeps (the others are dropped as if deleted).
 pub type Keep<K> = fn(&K) -> bool;
@@ -136,6 +149,7 @@ where
             config,
             problems: Problems::default(),
             relisted_problems: Problems::default(),
+            warnings: None,
         };
         (cache, driver)
     }
@@ -269,6 +283,9 @@ pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
     problems: Problems<K>,
     /// The same, as the (re)list in progress finds them.
     relisted_problems: Problems<K>,
+    /// Where each newly found problem is sent for an event; full, it is only logged (an
+    /// event is informative, and the watch never waits for one).
+    warnings: Option<tokio::sync::mpsc::Sender<DecodeWarning>>,
 }
 
 impl<K> Driver<K>
@@ -276,6 +293,12 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
     K: CheckedStatus + Send + Sync + 'static,
 {
+    /// The same driver, sending a [`DecodeWarning`] for each object version it reports.
+    pub fn warning_to(mut self, warnings: tokio::sync::mpsc::Sender<DecodeWarning>) -> Self {
+        self.warnings = Some(warnings);
+        self
+    }
+
     /// Watches until the process stops (the watcher retries with backoff on errors).
     pub async fn run(mut self) {
         let kind = K::kind(&());
@@ -330,13 +353,29 @@ where
         match decoded.problem() {
             Some(reason) if step != Step::Delete => {
                 if !already_reported {
-                    let kept = if matches!(decoded, Decoded::WithoutStatus(..)) {
+                    let status_only = matches!(decoded, Decoded::WithoutStatus(..));
+                    let kept = if status_only {
                         "served without its status, which the controller derives afresh"
                     } else {
                         "skipped: the cache keeps what it held of it, if anything"
                     };
                     tracing::warn!(resource = %K::plural(&()), namespace = key.namespace.as_deref().unwrap_or_default(),
                         name = %key.name, %reason, "stored object does not decode or is out of bounds; {kept}");
+                    if let Some(warnings) = &self.warnings {
+                        let _ = warnings.try_send(DecodeWarning {
+                            regarding: ObjectReference {
+                                api_version: Some(K::api_version(&()).into()),
+                                kind: Some(K::kind(&()).into()),
+                                namespace: meta.namespace.clone(),
+                                name: meta.name.clone(),
+                                uid: meta.uid.clone(),
+                                resource_version: version.clone(),
+                                ..ObjectReference::default()
+                            },
+                            status_only,
+                            reason: reason.to_string(),
+                        });
+                    }
                 }
                 problems.insert(key.clone(), (version, reason.to_string()));
             }
@@ -618,7 +657,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_undecodable_object_is_reported_and_the_last_good_version_is_kept() {
-        let (cache, mut driver) = cache();
+        let (cache, driver) = cache();
+        let (warnings, mut warned) = tokio::sync::mpsc::channel(8);
+        let mut driver = driver.warning_to(warnings);
         let good = serde_json::json!({"containers": []});
         let bad_spec = serde_json::json!({"containers": 7});
         driver.admit(watcher::Event::Init);
@@ -654,6 +695,18 @@ mod tests {
                 .render()
                 .contains("squall_undecodable_objects{resource=\"pods\"} 1")
         );
+        let warning = warned.try_recv().expect("a warning for the event");
+        assert_eq!(
+            (
+                warning.regarding.namespace.as_deref(),
+                warning.regarding.name.as_deref(),
+                warning.regarding.kind.as_deref(),
+                warning.regarding.resource_version.as_deref(),
+                warning.status_only,
+            ),
+            (Some("ns"), Some("a"), Some("Pod"), Some("2"), false)
+        );
+        assert!(warning.reason.starts_with("spec.containers"), "{warning:?}");
 
         // A relist that finds it still unreadable keeps the last good version.
         driver.admit(watcher::Event::Init);
@@ -670,6 +723,7 @@ mod tests {
             Some("1")
         );
         assert_eq!(driver.problems.len(), 1, "still reported after the relist");
+        assert!(warned.try_recv().is_err(), "one warning per version");
 
         // A bad status alone: served without it.
         let event = driver.admit(watcher::Event::Apply(decoded(pod_json(
@@ -681,6 +735,8 @@ mod tests {
         let stored = cache.get("ns", "a").unwrap();
         assert_eq!(stored.resource_version().as_deref(), Some("3"));
         assert!(stored.status.is_none());
+        let warning = warned.try_recv().expect("a warning for the status");
+        assert!(warning.status_only && warning.reason.starts_with("status.phase"));
 
         // Fixed: picked up again, no longer reported.
         let event = driver.admit(watcher::Event::Apply(decoded(pod_json(
@@ -696,6 +752,27 @@ mod tests {
                 .render()
                 .contains("squall_undecodable_objects{resource=\"pods\"} 0")
         );
+    }
+
+    #[tokio::test]
+    async fn a_full_warning_queue_never_holds_the_watch() {
+        let (cache, driver) = cache();
+        let (warnings, mut warned) = tokio::sync::mpsc::channel(1);
+        let mut driver = driver.warning_to(warnings);
+        let bad_spec = serde_json::json!({"containers": 7});
+        for version in ["2", "3"] {
+            let event = driver.admit(watcher::Event::Apply(decoded(pod_json(
+                version,
+                serde_json::json!({}),
+                bad_spec.clone(),
+            ))));
+            assert!(event.is_none());
+        }
+        assert_eq!(driver.problems.len(), 1, "reported however full the queue");
+        let queued = warned.try_recv().expect("the first warning");
+        assert_eq!(queued.regarding.resource_version.as_deref(), Some("2"));
+        assert!(warned.try_recv().is_err(), "the second was only logged");
+        assert!(cache.get("ns", "a").is_none());
     }
 
     #[tokio::test]

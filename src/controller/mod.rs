@@ -160,6 +160,65 @@ impl Expectation {
     }
 }
 
+/// Warning events about undecodable objects waiting to be published; past it, one is only
+/// logged: a tenant rewriting a bad object as fast as it can gets no more events than the
+/// API server answers, and the watches never wait for one.
+const DECODE_WARNINGS_QUEUED: usize = 64;
+
+/// Publishes a Warning event about each object the caches report as not decoding (in its own
+/// namespace, where its owner looks), one at a time, until the caches stop.
+async fn publish_decode_warnings(
+    mut warned: tokio::sync::mpsc::Receiver<cache::DecodeWarning>,
+    client: Client,
+    metrics: Arc<Metrics>,
+) {
+    let events = Recorder::new(client, FIELD_MANAGER.into());
+    while let Some(warning) = warned.recv().await {
+        let (reason, note) = if warning.status_only {
+            (
+                "StatusNotDecoded",
+                format!(
+                    "the stored status is not used: {}; the controller derives it afresh",
+                    warning.reason
+                ),
+            )
+        } else {
+            (
+                "ObjectNotDecoded",
+                format!(
+                    "not reconciled until it decodes: {}; the last version read, if any, is kept",
+                    warning.reason
+                ),
+            )
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Watch".into(),
+            secondary: None,
+        };
+        publish_event(&events, &metrics, "cache", &event, &warning.regarding).await;
+    }
+}
+
+/// Publishes `event` about `regarding`, counted as `controller`'s write. A failure is logged,
+/// never returned: events are informative.
+async fn publish_event(
+    events: &Recorder,
+    metrics: &Metrics,
+    controller: &str,
+    event: &Event,
+    regarding: &ObjectReference,
+) {
+    match events.publish(event, regarding).await {
+        Ok(()) => metrics.api_write(controller, "create", "events"),
+        Err(error) => {
+            tracing::warn!(%error, reason = %event.reason, "publishing an event failed")
+        }
+    }
+}
+
 /// The shared caches of one scope (a namespace, or all of them): one watch per kind, read by
 /// every controller.
 pub struct Caches {
@@ -189,7 +248,12 @@ impl Caches {
         metrics: &Arc<Metrics>,
         podgroup_crds: watch::Receiver<PodGroupCrds>,
     ) -> (Arc<Self>, Vec<BoxFuture<'static, ()>>) {
-        let mut drivers: Vec<BoxFuture<'static, ()>> = Vec::new();
+        let (warnings, warned) = tokio::sync::mpsc::channel(DECODE_WARNINGS_QUEUED);
+        let mut drivers: Vec<BoxFuture<'static, ()>> = vec![Box::pin(publish_decode_warnings(
+            warned,
+            client.clone(),
+            metrics.clone(),
+        ))];
         macro_rules! cache {
             ($kind:ty, $config:expr, $keep:expr) => {{
                 let (cache, driver) = Cache::<$kind>::new(
@@ -198,7 +262,7 @@ impl Caches {
                     $keep,
                     metrics.clone(),
                 );
-                drivers.push(Box::pin(driver.run()));
+                drivers.push(Box::pin(driver.warning_to(warnings.clone()).run()));
                 cache
             }};
         }
@@ -591,10 +655,14 @@ impl Context {
             action: action.into(),
             secondary: related,
         };
-        match self.events.publish(&event, &object.object_ref(&())).await {
-            Ok(()) => self.metrics.api_write(controller, "create", "events"),
-            Err(error) => tracing::warn!(%error, reason, "publishing an event failed"),
-        }
+        publish_event(
+            &self.events,
+            &self.metrics,
+            controller,
+            &event,
+            &object.object_ref(&()),
+        )
+        .await;
     }
 
     /// Counts one more failed reconcile of `object` in a row; returns the count.
