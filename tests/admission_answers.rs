@@ -121,7 +121,7 @@ fn corpus() -> Vec<(String, Hook, Vec<u8>)> {
     let mut sidecar = ss.clone();
     sidecar["metadata"]["annotations"] = json!({"model.aibrix.ai/sidecar-injection": "true"});
     let mut defaulted_ss = ss.clone();
-    squall::api::defaults::apply_defaults(&mut defaulted_ss).unwrap();
+    squall::admission::defaulting::apply_defaults(&mut defaulted_ss).unwrap();
     let not_an_object = json!([1, 2]);
     let roles_not_a_list = json!({"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
         "metadata": {"name": "x"}, "spec": {"roles": "no"}});

@@ -1,5 +1,6 @@
-//! The shape of the code, checked: imports point down (api ← planner ← controller / webhook
-//! ← cli), and the design the comments cite is this repository's own `docs/`.
+//! The shape of the code, checked: imports point down (api ← admission, planner ← controller
+//! / webhook ← cli), no folder's modules import each other in a circle, and the design the
+//! comments cite is this repository's own `docs/`.
 
 use std::path::{Path, PathBuf};
 
@@ -66,15 +67,31 @@ const ABOVE_PLANNER: [&str; 8] = [
 
 #[test]
 fn the_api_depends_on_nothing_above_it() {
-    let mut above = vec!["planner"];
+    let mut above = vec!["planner", "admission"];
     above.extend(ABOVE_PLANNER);
     let found = reaches("api", &above);
     assert!(found.is_empty(), "api reaches up:\n{}", found.join("\n"));
 }
 
 #[test]
+fn admission_depends_only_on_the_api() {
+    // The rules judge an object; they never decide a rollout nor do I/O.
+    let mut above = vec!["planner"];
+    above.extend(ABOVE_PLANNER);
+    let found = reaches("admission", &above);
+    assert!(
+        found.is_empty(),
+        "admission reaches up:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
 fn the_planner_depends_only_on_the_api() {
-    let found = reaches("planner", &ABOVE_PLANNER);
+    // Not on admission either: a controller validates before it asks the planner.
+    let mut above = vec!["admission"];
+    above.extend(ABOVE_PLANNER);
+    let found = reaches("planner", &above);
     assert!(
         found.is_empty(),
         "planner reaches up:\n{}",
@@ -125,13 +142,15 @@ const DOCS: [&str; 5] = [
 
 #[test]
 fn comments_cite_this_repositorys_docs_not_documents_it_does_not_hold() {
-    // Spelled in two pieces, so this file does not cite them itself.
-    let foreign = [concat!("SPEC", " §"), concat!("AIBRIX-REFERENCE", " §")];
+    // A section sign cites a numbered section of a document this repository does not hold
+    // (SPEC.md, AIBRIX-REFERENCE.md, STACK.md): a reader of the repository cannot follow it.
+    // Spelled as an escape, so this file holds none itself.
+    let section_sign = '\u{a7}';
     let mut found = Vec::new();
     for file in repository_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (number, line) in text.lines().enumerate() {
-            if foreign.iter().any(|f| line.contains(f)) {
+            if line.contains(section_sign) {
                 found.push(format!(
                     "{}:{}: {}",
                     file.strip_prefix(root()).unwrap().display(),
@@ -227,4 +246,250 @@ fn citations(text: &str) -> Vec<(String, Option<String>)> {
         found.push((doc, section));
     }
     found
+}
+
+/// A module's own code, without its comments and its `#[cfg(test)]` module: what it needs
+/// to build, as opposed to what it mentions or what its tests reach for.
+fn production_code(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).unwrap();
+    let code = text
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or_default();
+    code.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first path segment of each item a `use` group (or a single path) names: `a::b` and
+/// `{a::b, c, d::{e}}` give `a`, then `a`, `c`, `d`.
+fn first_segments(after: &str) -> Vec<String> {
+    let ident = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let Some(group) = after.strip_prefix('{') else {
+        return vec![ident(after)];
+    };
+    let mut segments = Vec::new();
+    let mut depth = 0;
+    let mut start = true;
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => start = true,
+            c if start && !c.is_whitespace() => {
+                segments.push(ident(&group[at..]));
+                start = false;
+            }
+            _ => {}
+        }
+    }
+    segments
+}
+
+/// The modules of one folder (`src/<folder>`: its files but the entry, and its sub-folders)
+/// and, for each, the siblings its production code names (`super::x` in a file of the
+/// folder, `crate::<folder>::x` anywhere in it).
+fn sibling_imports(folder: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let dir = root().join("src").join(folder);
+    let mut modules = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let text: Vec<String> = rust_files(&path)
+                .iter()
+                .map(|f| production_code(f))
+                .collect();
+            modules.insert(name, (text.join("\n"), false));
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && !["mod", "lib", "main"].contains(&name.as_str())
+        {
+            modules.insert(name, (production_code(&path), true));
+        }
+    }
+    let prefix = if folder.is_empty() {
+        "crate::".to_owned()
+    } else {
+        format!("crate::{}::", folder.replace('/', "::"))
+    };
+    let mut edges = std::collections::BTreeMap::new();
+    for (name, (code, direct)) in &modules {
+        let mut prefixes = vec![prefix.as_str()];
+        if *direct {
+            prefixes.push("super::");
+        }
+        let mut named: Vec<String> = prefixes
+            .iter()
+            .flat_map(|p| code.match_indices(p).map(move |(at, _)| at + p.len()))
+            .flat_map(|at| first_segments(&code[at..]))
+            .filter(|sibling| sibling != name && modules.contains_key(sibling))
+            .collect();
+        named.sort();
+        named.dedup();
+        edges.insert(name.clone(), named);
+    }
+    edges
+}
+
+/// One circle of `edges`, as the modules along it, when there is one.
+fn circle(edges: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    // Depth-first search; a module met again while still on the path closes a circle.
+    fn visit<'a>(
+        module: &'a str,
+        edges: &'a std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<&'a str>,
+        done: &mut std::collections::BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|m| *m == module) {
+            let mut found: Vec<String> = path[at..].iter().map(|m| (*m).to_owned()).collect();
+            found.push(module.to_owned());
+            return Some(found);
+        }
+        if !done.insert(module) {
+            return None;
+        }
+        path.push(module);
+        for next in edges.get(module).into_iter().flatten() {
+            if let Some(found) = visit(next, edges, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|module| visit(module, edges, &mut Vec::new(), &mut done))
+}
+
+/// `src` and every folder under it, as paths relative to `src` (`""` for `src` itself).
+fn source_folders() -> Vec<String> {
+    let src = root().join("src");
+    let mut folders = vec![String::new()];
+    let mut pending = vec![src.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                let relative = path
+                    .strip_prefix(&src)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                folders.push(relative);
+                pending.push(path);
+            }
+        }
+    }
+    folders.sort();
+    folders
+}
+
+#[test]
+fn no_folders_modules_import_each_other_in_a_circle() {
+    let circles: Vec<String> = source_folders()
+        .iter()
+        .filter_map(|folder| {
+            circle(&sibling_imports(folder)).map(|c| format!("src/{folder}: {}", c.join(" -> ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "modules of one folder import each other in a circle (move what both need below \
+         both):\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_check_sees_a_circle() {
+    let edges = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(m, to)| (m.to_owned(), to.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(
+        circle(&edges),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        first_segments("{a::b, c, d::{e, f}}; rest"),
+        ["a", "c", "d"].map(String::from)
+    );
+    // A circle through `super::` paths, as the planner had (adoption <-> roleset_pass), is
+    // seen in the real tree's shape: every folder's scan finds its own sibling imports.
+    assert!(
+        sibling_imports("planner")
+            .get("roleset_pass")
+            .is_some_and(|to| to.contains(&"adoption".to_owned())),
+        "roleset_pass's `super::adoption` import is visible to the scan"
+    );
+}
+
+#[test]
+fn the_readme_layout_table_names_every_source_folder() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|line| line.starts_with("| `src/"))
+        .collect();
+    let listed = |folder: &str| {
+        rows.iter()
+            .any(|row| row.contains(&format!("`src/{folder}/`")))
+    };
+    let missing: Vec<String> = source_folders()
+        .into_iter()
+        .filter(|folder| !folder.is_empty() && !listed(folder))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README's repository layout lacks a row for src/{missing:?}"
+    );
+    // And every folder a row names is there.
+    let gone: Vec<&str> = rows
+        .iter()
+        .flat_map(|row| row.split('`'))
+        .filter(|cell| cell.starts_with("src/") && cell.ends_with('/'))
+        .filter(|folder| !root().join(folder).is_dir())
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "README names folders that do not exist: {gone:?}"
+    );
+}
+
+#[test]
+fn the_controllers_read_the_wall_clock_in_one_place() {
+    // A pass that read the clock twice could stamp a status with one time and decide by
+    // another; the reconcile reads it once (`controller::wall_clock`) and passes it down.
+    let readers = ["Timestamp::now()", "SystemTime::now()", "Utc::now()"];
+    let mut found = Vec::new();
+    for file in rust_files(&root().join("src").join("controller")) {
+        let code = production_code(&file);
+        for line in code.lines() {
+            if readers.iter().any(|reader| line.contains(reader)) {
+                found.push(format!(
+                    "{}: {}",
+                    file.strip_prefix(root()).unwrap().display(),
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert_eq!(
+        found,
+        ["src/controller/mod.rs: k8s_openapi::jiff::Timestamp::now()"],
+        "the controllers read the wall clock only in `wall_clock`"
+    );
 }

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
-use squall::api::validation::{OwnedKind, validate_object};
+use squall::admission::validation::{OwnedKind, validate_object};
 use squall::api::{PodSet, RoleSet, StormService};
 
 use common::{documents, shared_dir, yaml_files};
@@ -117,7 +117,7 @@ fn samples_are_valid_before_and_after_defaulting() {
         assert!(report.is_valid(), "{name}: {}", report.error_message());
 
         let mut defaulted = doc.clone();
-        squall::api::defaults::apply_defaults(&mut defaulted)
+        squall::admission::defaulting::apply_defaults(&mut defaulted)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let report = validate_object(&defaulted, None).expect("owned kind");
         assert!(
@@ -127,7 +127,7 @@ fn samples_are_valid_before_and_after_defaulting() {
         );
 
         let mut twice = defaulted.clone();
-        squall::api::defaults::apply_defaults(&mut twice).expect("defaulted object parses");
+        squall::admission::defaulting::apply_defaults(&mut twice).expect("defaulted object parses");
         assert_eq!(twice, defaulted, "{name}: defaulting is not idempotent");
         assert!(
             squall::webhook::mutation(&defaulted)

@@ -11,8 +11,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use squall::api::defaults::apply_defaults;
-use squall::api::validation::{ErrorKind, validate_object};
+use squall::admission::defaulting::apply_defaults;
+use squall::admission::validation::{ErrorKind, validate_object};
 
 struct Expectations {
     errors: Vec<String>,

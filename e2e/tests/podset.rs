@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::{TestNamespace, client, install_crds, kubelet, wait_for};
+use e2e::{TestNamespace, client, install_crds, kubelet, wait_for, wait_for_all};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
@@ -152,4 +152,90 @@ async fn wait_for_gang(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The PodSet's `ReplicaFailure` condition, as (reason, message), while it is True.
+fn replica_failure(podset: &PodSet) -> Option<(String, String)> {
+    podset
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_refused_gang_pod_is_reported_by_its_podset_until_it_is_created() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    use kube::api::{Patch, PatchParams};
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "podset-quota").await;
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), ns.name());
+    let quota: ResourceQuota = serde_json::from_value(
+        json!({"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "1"}}}),
+    )
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    // Quota admission enforces a quota once the quota controller has counted its usage.
+    wait_for(&quotas, "pods", "the quota counted", TIMEOUT, |q| {
+        q.and_then(|q| q.status.as_ref())
+            .is_some_and(|s| s.used.is_some())
+    })
+    .await
+    .unwrap();
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let podsets: Api<PodSet> = Api::namespaced(client.clone(), ns.name());
+    let rs: RoleSet = serde_json::from_value(json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+        "metadata": {"name": "capped"},
+        "spec": {"roles": [{"name": "prefill", "replicas": 1, "podGroupSize": 2,
+            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}}]}
+    }))
+    .unwrap();
+    rolesets.create(&PostParams::default(), &rs).await.unwrap();
+
+    // The quota admits one pod of the gang of two: the PodSet says why the other is missing.
+    let refused = wait_for_all(&podsets, "the PodSet's ReplicaFailure", TIMEOUT, |sets| {
+        sets.len() == 1 && replica_failure(&sets[0]).is_some()
+    })
+    .await
+    .unwrap();
+    let (reason, message) = replica_failure(&refused[0]).unwrap();
+    assert_eq!(reason, "FailedCreate");
+    assert!(
+        message.contains("exceeded quota") && message.starts_with("pod "),
+        "the refusal names the pod and the quota: {message}"
+    );
+    let status = refused[0].status.as_ref().unwrap();
+    assert_eq!(status.total_pods, 1, "the admitted pod is counted");
+    assert_ne!(status.phase, Some(PodSetPhase::Ready));
+
+    // Room for the second pod: the retry creates it, the gang is Ready, the failure clears.
+    quotas
+        .patch(
+            "pods",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"pods": "2"}}})),
+        )
+        .await
+        .unwrap();
+    let ready = wait_for_all(
+        &podsets,
+        "the PodSet Ready once the quota allows",
+        TIMEOUT,
+        |sets| sets.len() == 1 && gang_ready(Some(&sets[0])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replica_failure(&ready[0]), None, "the failure is cleared");
+    assert_eq!(ready[0].status.as_ref().unwrap().total_pods, 2);
 }

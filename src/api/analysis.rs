@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::stormservice::pause_seconds;
-use super::view::IntOrStr;
+use super::borrowed::IntOrStr;
+use super::duration::pause_seconds;
 
 /// Most metrics per analysis: each is one query per measurement, so the bound caps the
 /// queries one StormService can cause per reconcile.

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::view::IntOrStr;
+use crate::api::borrowed::IntOrStr;
 
 /// A parsed `maxSurge` / `maxUnavailable` value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -98,6 +98,6 @@ mod tests {
         let (_, name) = ANNOTATION_ROLE_REVISION_NAME_PREFIX
             .split_once('/')
             .expect("prefixed key");
-        assert_eq!(name.len() + crate::api::validation::MAX_ROLE_NAME_LEN, 63);
+        assert_eq!(name.len() + crate::api::limits::MAX_ROLE_NAME_LEN, 63);
     }
 }

@@ -8,6 +8,9 @@
 
 use serde_json::{Value, json};
 
+/// Longest role name: role names end up in the annotation name
+/// `role-revision-name.<role>`, which is limited to 63 characters.
+pub const MAX_ROLE_NAME_LEN: usize = 44;
 /// Most RoleSets per StormService and most pods (or PodSets) per role. Kubernetes supports
 /// 5,000 nodes and 150,000 pods per cluster; one service of 10,000 replicas of one role is
 /// twice the largest supported cluster's node count.

@@ -2,23 +2,22 @@
 //! Pure code only — no I/O — so the webhook, the controllers and `squall lint` share it.
 
 pub mod analysis;
+pub mod borrowed;
 pub mod bounded_status;
 pub mod budget;
 pub mod common;
 pub mod condition;
 pub mod defaults;
+pub mod duration;
 pub mod keys;
 pub mod limits;
 pub mod pod;
 pub mod podgroup;
 pub mod podset;
 pub mod roleset;
-pub mod scan;
 pub mod schema;
 pub mod stormservice;
 pub mod tenancy;
-pub mod validation;
-pub mod view;
 
 pub use common::*;
 pub use podset::*;

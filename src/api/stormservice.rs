@@ -8,13 +8,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::analysis::{Analysis, AnalysisStatus};
+use super::borrowed::IntOrStr;
 use super::budget::{Fenceposts, fenceposts};
 use super::common::{Condition, DisruptionTolerance, EmbeddedObjectMetadata, RoleStatus};
 use super::defaults::{
     DEFAULT_PROGRESS_DEADLINE_SECONDS, DEFAULT_REPLICAS, DEFAULT_REVISION_HISTORY_LIMIT,
 };
+use super::duration::pause_seconds;
 use super::roleset::RoleSetSpec;
-use super::view::IntOrStr;
 
 /// A multi-role inference service: `replicas` RoleSets rendered from one template, rolled
 /// out together.
@@ -486,45 +487,6 @@ impl PauseStep {
     pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
         pause_seconds(self.duration.as_ref().map(IntOrStr::from).as_ref())
     }
-}
-
-/// A pause `duration` in seconds: `None` for a manual gate (no duration); the error says
-/// what is wrong ([`PauseStep::duration_seconds`]).
-pub fn pause_seconds(duration: Option<&IntOrStr<'_>>) -> Result<Option<u64>, String> {
-    match duration {
-        None => Ok(None),
-        Some(IntOrStr::Int(n)) => u64::try_from(*n)
-            .map(Some)
-            .map_err(|_| "must not be negative".to_string()),
-        Some(IntOrStr::Str(s)) => parse_duration(s).map(Some).ok_or_else(|| {
-            "must be an integer number of seconds or a duration such as '30s', '5m', '1h', '1h30m'"
-                .to_string()
-        }),
-    }
-}
-
-/// Parses `^\d+$` (seconds) or `^(\d+h)?(\d+m)?(\d+s)?$` (non-empty, units in that order)
-/// into seconds — the duration grammar of pause steps, also used by `squall run` flags.
-pub fn parse_duration(s: &str) -> Option<u64> {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse().ok();
-    }
-    let mut total: u64 = 0;
-    let mut rest = s;
-    let mut next_units: &[(u8, u64)] = &[(b'h', 3600), (b'm', 60), (b's', 1)];
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let unit = *rest.as_bytes().get(digits)?;
-        if digits == 0 {
-            return None;
-        }
-        let position = next_units.iter().position(|(u, _)| *u == unit)?;
-        let value: u64 = rest[..digits].parse().ok()?;
-        total = total.checked_add(value.checked_mul(next_units[position].1)?)?;
-        next_units = &next_units[position + 1..];
-        rest = &rest[digits + 1..];
-    }
-    (!s.is_empty()).then_some(total)
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::admission::validation::{OwnedKind, Report, View, validate_object};
 use crate::api::tenancy::ConfiguredEndpoint;
-use crate::api::validation::{OwnedKind, Report, View, validate_object};
 use crate::controller::analysis::AnalysisConfig;
 
 /// Outcome of linting one document.

@@ -143,7 +143,7 @@ enum LogFormat {
 
 /// A positive duration flag (`90s`, `5m`, `8760h`, or seconds).
 pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::api::stormservice::parse_duration(s)
+    crate::api::duration::parse_duration(s)
         .filter(|secs| *secs > 0)
         .map(Duration::from_secs)
         .ok_or_else(|| format!("{s:?} is not a positive duration such as 90s, 5m, 8760h"))

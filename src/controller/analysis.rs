@@ -18,8 +18,9 @@ use serde::Deserialize;
 use tokio::sync::{Mutex, Semaphore, broadcast};
 
 use crate::api::analysis::{AnalysisMetric, QueryValues, render_query};
+use crate::api::duration::parse_duration;
 use crate::api::tenancy::{ConfiguredEndpoint, Tenancy, is_label_name};
-use crate::api::{CanaryStep, StormService, parse_duration};
+use crate::api::{CanaryStep, StormService};
 use crate::planner::analysis::{Due, Measured, Subject};
 
 /// Most endpoints a configuration may name.

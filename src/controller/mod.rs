@@ -1,5 +1,5 @@
 //! Reconcile loops (kube-rs runtime). They treat absent fields exactly as their defaults
-//! (`crate::api` accessors), refuse to roll objects that fail `crate::api::validation`, and
+//! (`crate::api` accessors), refuse to roll objects that fail `crate::admission::validation`, and
 //! keep expectations so a lagging view never causes duplicate children
 //! (docs/architecture.md#one-reconcile).
 
@@ -112,6 +112,14 @@ fn namespace_terminating(status: &kube::core::Status) -> bool {
             .details
             .as_ref()
             .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+}
+
+/// The wall clock, read once at the start of a reconcile and handed to everything the pass
+/// decides or stamps (status times, pause ends, deadlines, in-place conditions): one pass
+/// sees one "now", and this is the only place in the controllers that reads it
+/// (`tests/architecture.rs` keeps it so).
+pub fn wall_clock() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
 }
 
 /// The message of an API error that refuses a create for good until something changes

@@ -2,7 +2,6 @@
 //! (docs/aibrix-compatibility.md#the-same); decisions in `crate::planner::podset`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -13,15 +12,16 @@ use serde_json::json;
 use super::podgroups;
 use super::{
     Context, Error, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, uids,
+    owned_children, refusal, uids, wall_clock,
 };
+use crate::api::PodSet;
 use crate::api::keys::{
     FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::pod::CachedPod;
-use crate::api::{PodSet, PodSetStatus};
-use crate::planner::podset::{GangPod, gang_status, plan_gang};
+use crate::planner::podset::{GangPod, plan_gang, podset_status};
 use crate::planner::render::gang_pod;
+use crate::planner::requeue;
 use crate::planner::status::PODSET_COUNTERS;
 
 /// Reconciles one PodSet.
@@ -73,6 +73,7 @@ fn gang_view(pod: &CachedPod) -> GangPod {
 }
 
 async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
+    let now = wall_clock();
     let pods = owned_pods(podset, ctx);
     let views: Vec<GangPod> = pods.iter().map(|p| gang_view(p)).collect();
     let size = u32::try_from(podset.spec.pod_group_size).unwrap_or(0);
@@ -103,14 +104,24 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     } else {
         &action.create[..]
     };
+    // A create the API server refuses (quota, admission) stops the pass's creates: the
+    // status says why (ReplicaFailure, FailedCreate) and the PodSet is retried with backoff.
+    let mut refused = None;
     for &index in creates {
         match api
             .create(&PostParams::default(), &gang_pod(podset, index))
             .await
         {
             Ok(_) => ctx.metrics.api_write("podset", "create", "pods"),
+            // An index's pod has a deterministic name: already there means already created.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => match refusal(&e) {
+                Some(message) => {
+                    refused = Some(format!("pod {index}: {message}"));
+                    break;
+                }
+                None => return Err(e.into()),
+            },
         }
     }
     if !action.delete.is_empty() || !action.create.is_empty() {
@@ -134,14 +145,14 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         }
     }
 
-    let (total, ready, phase) = gang_status(size, &views);
-    let status = PodSetStatus {
-        observed_generation: podset.metadata.generation,
-        ready_pods: ready,
-        total_pods: total,
-        phase: Some(phase),
-        conditions: None,
-    };
+    let status = podset_status(
+        podset.metadata.generation,
+        size,
+        &views,
+        refused.as_deref(),
+        podset.status.as_ref(),
+        now,
+    );
     let wait = ctx
         .write_status(
             "podset",
@@ -152,8 +163,12 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
             Some(PODSET_COUNTERS),
         )
         .await?;
-    if let Some(recheck) = gang.recheck() {
-        return Ok(Action::requeue(recheck));
+    if let Some(message) = refused {
+        return Err(Error::Refused(message));
     }
-    Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
+    // A gang's PodGroup shows in its cache shortly (or the foreign one may go): the pods
+    // follow, so the recheck races a held-back status write.
+    Ok(Action::requeue(
+        requeue::soonest([wait, gang.recheck()]).unwrap_or(requeue::RESYNC),
+    ))
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -23,22 +24,22 @@ use serde_json::json;
 use super::podgroups::{self, Gang};
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, refusal, uids,
+    owned_children, refusal, uids, wall_clock,
 };
+use crate::admission::validation::validate_roleset;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
     LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
 };
 use crate::api::pod::CachedPod;
-use crate::api::validation::validate_roleset;
 use crate::api::{PodSet, RoleSet};
+use crate::planner::children::role_children;
 use crate::planner::in_place::complete_patch;
 use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
+use crate::planner::requeue;
 use crate::planner::roleset::RoleInput;
-use crate::planner::roleset_pass::{
-    NewChild, PassInput, Pending, RoleWrites, decide, role_children,
-};
+use crate::planner::roleset_pass::{NewChild, PassInput, Pending, RoleWrites, decide};
 use crate::planner::status::{Failure, ROLESET_COUNTERS, roleset_status, roleset_status_unwritten};
 
 /// Reconciles one RoleSet.
@@ -96,6 +97,7 @@ async fn delete_pod(
 }
 
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
+    let now = wall_clock();
     let report = validate_roleset(roleset, None);
     if !report.is_valid() {
         let failure = (
@@ -103,7 +105,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             format!("invalid spec: {}", report.error_message()),
         );
         return Ok(
-            match write_status(roleset, ctx, &[], Some(failure)).await? {
+            match write_status(roleset, ctx, &[], Some(failure), now).await? {
                 Some(wait) => Action::requeue(wait),
                 None => Action::await_change(),
             },
@@ -194,7 +196,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let mut refused: Vec<String> = Vec::new();
     for role in &pass.roles {
         adopt_pods(roleset, role, &pods_api, ctx).await?;
-        update_in_place(roleset, role, &pods, &pods_api, ctx).await?;
+        update_in_place(roleset, role, &pods, &pods_api, ctx, now).await?;
         for name in &role.action.delete {
             if role.gang {
                 let uid = podset_uids.get(name);
@@ -309,15 +311,15 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     } else {
         None
     };
-    let wait = write_status(roleset, ctx, &pass.inputs, failure).await?;
+    let wait = write_status(roleset, ctx, &pass.inputs, failure, now).await?;
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
-    if let Some(recheck) = gang.recheck() {
-        // The PodGroup's cache shows it shortly (or the foreign one may go); the pods follow.
-        return Ok(Action::requeue(recheck));
-    }
-    Ok(Action::requeue(wait.unwrap_or(Duration::from_secs(300))))
+    // A gang's PodGroup shows in its cache shortly (or the foreign one may go): the pods
+    // follow, so the recheck races a held-back status write.
+    Ok(Action::requeue(
+        requeue::soonest([wait, gang.recheck()]).unwrap_or(requeue::RESYNC),
+    ))
 }
 
 /// Derives the RoleSet's status from this pass and writes it when it changed (or says when
@@ -327,15 +329,10 @@ async fn write_status(
     ctx: &Context,
     inputs: &[RoleInput],
     failure: Option<Failure>,
+    now: Timestamp,
 ) -> Result<Option<Duration>, Error> {
     let stored = roleset.status.as_ref();
-    let status = roleset_status(
-        roleset.metadata.generation,
-        inputs,
-        failure,
-        stored,
-        k8s_openapi::jiff::Timestamp::now(),
-    );
+    let status = roleset_status(roleset.metadata.generation, inputs, failure, stored, now);
     let unwritten = roleset_status_unwritten(roleset.metadata.generation, inputs);
     ctx.write_status(
         "roleset",
@@ -420,6 +417,7 @@ async fn update_in_place(
     pods: &[Arc<CachedPod>],
     api: &Api<Pod>,
     ctx: &Context,
+    now: Timestamp,
 ) -> Result<(), Error> {
     let writes = &role.in_place;
     let reference = |name: &str| {
@@ -443,7 +441,7 @@ async fn update_in_place(
     for (name, gated) in &writes.complete {
         patch_pod(api, name, &Patch::Merge(complete.clone()), ctx).await?;
         if *gated {
-            set_in_place_condition(api, name, true, ctx).await?;
+            set_in_place_condition(api, name, true, ctx, now).await?;
         }
         ctx.publish(
             "roleset",
@@ -463,7 +461,7 @@ async fn update_in_place(
     for start in &writes.start {
         let name = &start.pod;
         if start.gated {
-            set_in_place_condition(api, name, false, ctx).await?;
+            set_in_place_condition(api, name, false, ctx, now).await?;
         }
         patch_pod(api, name, &Patch::Strategic(start.patch.clone()), ctx).await?;
         ctx.publish(
@@ -504,8 +502,9 @@ async fn set_in_place_condition(
     name: &str,
     ready: bool,
     ctx: &Context,
+    now: Timestamp,
 ) -> Result<(), Error> {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let now = now.to_string();
     let mut conditions = vec![json!({"type": CONDITION_IN_PLACE_READY,
         "status": if ready { "True" } else { "False" },
         "reason": if ready { "InPlaceUpdateCompleted" } else { "InPlaceUpdating" },

@@ -7,10 +7,10 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -20,18 +20,19 @@ use super::analysis::RevisionNames;
 use super::revision::write_revision;
 use super::{
     Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, uids,
+    owned_children, uids, wall_clock,
 };
+use crate::admission::validation::validate_stormservice;
 use crate::api::analysis::AnalysisPhase;
 use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
-use crate::api::validation::validate_stormservice;
 use crate::api::{Condition, RoleSet, StormService, controlled_by};
 use crate::planner::adoption::predict;
 use crate::planner::analysis::Measured;
 use crate::planner::canary::{CanaryDecision, Transition, Trigger};
 use crate::planner::render::{headless_service, headless_service_repair};
+use crate::planner::requeue::{self, StormServiceWaits};
 use crate::planner::revision::{
     UpdateRevision, collision_count_of, current_revision, expired_revisions, sort_history,
     update_revision,
@@ -100,6 +101,7 @@ struct Revisions {
 }
 
 async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
+    let now = wall_clock();
     let report = validate_stormservice(service, None);
     let namespace = service.namespace().unwrap_or_default();
     ctx.metrics
@@ -107,17 +109,13 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     if !report.is_valid() {
         // Objects that bypassed the webhook are reported and left alone
         // (docs/architecture.md#one-reconcile).
-        let conditions = invalid_spec_conditions(
-            &report.error_message(),
-            service.metadata.generation,
-            k8s_openapi::jiff::Timestamp::now(),
-        );
+        let conditions =
+            invalid_spec_conditions(&report.error_message(), service.metadata.generation, now);
         write_conditions(service, ctx, conditions).await?;
         return Ok(Action::await_change());
     }
     let service_conflict = sync_headless_service(service, ctx).await?;
     let revisions = sync_revisions(service, ctx).await?;
-    let now = k8s_openapi::jiff::Timestamp::now();
     if let Some(held) = stable_revision_missing(service, revisions.stable_missing.as_deref(), now) {
         if ctx.once_per_generation(service, "stable revision missing") {
             let message = held.message.clone().unwrap_or_default();
@@ -242,6 +240,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         decision,
         refused.as_deref(),
         service_conflict.as_deref(),
+        now,
     )
     .await?;
     if let Some(step) = decision
@@ -257,7 +256,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         if transition.reason == "CanaryAnalysisFailed" {
             report_failed_metric(service, decision.and_then(|d| d.status.as_ref()), ctx);
         }
-        record_durations(transition, service, &revisions, ctx);
+        record_durations(transition, service, &revisions, ctx, now);
         ctx.publish(
             "stormservice",
             service,
@@ -353,8 +352,9 @@ fn record_durations(
     fresh: &StormService,
     revisions: &Revisions,
     ctx: &Context,
+    now: Timestamp,
 ) {
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let now = now.as_second();
     let since = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         t.map(|t| (now - t.0.as_second()).max(0) as f64)
     };
@@ -634,8 +634,9 @@ async fn write_conditions(
 }
 
 /// Derives the status (`planner::status::stormservice_status`, docs/rollouts.md#conditions),
-/// records the per-role metrics and writes it when it changed; returns when to look again (the
-/// progress deadline, if one is running).
+/// records the per-role metrics and writes it when it changed; returns when to look again
+/// (`requeue::stormservice`: the soonest of the progress deadline, the canary's next step,
+/// a held-back write and a Service conflict's recheck).
 #[allow(clippy::too_many_arguments)]
 async fn write_status(
     service: &StormService,
@@ -646,8 +647,9 @@ async fn write_status(
     canary: Option<&CanaryDecision>,
     refused: Option<&str>,
     service_conflict: Option<&str>,
+    now: Timestamp,
 ) -> Result<Action, Error> {
-    let (status, mut requeue_seconds) = stormservice_status(&ServiceStatusInput {
+    let (status, progress_deadline) = stormservice_status(&ServiceStatusInput {
         service,
         update_revision: revisions.update.name_any(),
         current_revision: revisions.current.name_any(),
@@ -657,7 +659,7 @@ async fn write_status(
         canary,
         refused,
         service_conflict,
-        now: k8s_openapi::jiff::Timestamp::now(),
+        now,
     });
     for role in status.role_statuses.iter().flatten() {
         ctx.metrics.role_replicas(
@@ -672,7 +674,7 @@ async fn write_status(
             ],
         );
     }
-    let wait = ctx
+    let status_write = ctx
         .write_status(
             "stormservice",
             service,
@@ -682,20 +684,10 @@ async fn write_status(
             Some(STORMSERVICE_COUNTERS),
         )
         .await?;
-    if let Some(seconds) = canary.and_then(|c| c.requeue_after) {
-        requeue_seconds = seconds;
-    }
-    if let Some(wait) = wait {
-        return Ok(Action::requeue(
-            wait.min(Duration::from_secs(requeue_seconds.max(1))),
-        ));
-    }
-    if service_conflict.is_some() {
-        // Another owner's Service sends squall no events: look again for it to be gone.
-        requeue_seconds = requeue_seconds.min(SERVICE_CONFLICT_RECHECK_SECONDS);
-    }
-    Ok(Action::requeue(Duration::from_secs(requeue_seconds)))
+    Ok(Action::requeue(requeue::stormservice(StormServiceWaits {
+        progress_deadline,
+        canary_seconds: canary.and_then(|c| c.requeue_after),
+        status_write,
+        service_conflict: service_conflict.is_some(),
+    })))
 }
-
-/// How often a StormService whose name is taken by another owner's Service looks again.
-const SERVICE_CONFLICT_RECHECK_SECONDS: u64 = 15;

@@ -10,10 +10,10 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::ResourceExt;
 
+use super::children::{RoleChildren, desired_pod, of_role, role_children};
 use super::in_place::adoptable;
 use super::render::{podset_for_slot, role_revision_labels, template_hash};
 use super::revision::{UpdateRevision, sort_history, update_revision};
-use super::roleset_pass::{RoleChildren, desired_pod, of_role, role_children};
 use crate::api::keys::{
     LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };

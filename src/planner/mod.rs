@@ -4,11 +4,13 @@
 pub mod adoption;
 pub mod analysis;
 pub mod canary;
+pub mod children;
 pub mod in_place;
 pub mod lease;
 pub mod podgroup;
 pub mod podset;
 pub mod render;
+pub mod requeue;
 pub mod revision;
 pub mod roleset;
 pub mod roleset_pass;

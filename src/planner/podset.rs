@@ -1,7 +1,11 @@
 //! Decisions of the PodSet controller (docs/aibrix-compatibility.md#the-same): keep one pod per
 //! index `0..podGroupSize`, recovering failures per `recoveryPolicy`.
 
-use crate::api::{PodSetPhase, RecoveryPolicy};
+use k8s_openapi::jiff::Timestamp;
+
+use super::status::{condition, keep_transition_times};
+use crate::api::keys::CONDITION_REPLICA_FAILURE;
+use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
 
 /// One observed pod of a gang.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,6 +97,45 @@ pub fn gang_status(size: u32, pods: &[GangPod]) -> (i32, i32, PodSetPhase) {
     (active, ready, phase)
 }
 
+/// The status of a PodSet at `generation`: the gang's counts and phase, and — while the API
+/// server refuses one of its pods (quota, admission) — `ReplicaFailure` with reason
+/// `FailedCreate` and the refusal, as a ReplicaSet reports it. Its transition time is kept
+/// from `stored` while it holds; the condition goes once a pass creates without refusal.
+pub fn podset_status(
+    generation: Option<i64>,
+    size: u32,
+    pods: &[GangPod],
+    refused: Option<&str>,
+    stored: Option<&PodSetStatus>,
+    now: Timestamp,
+) -> PodSetStatus {
+    let (total_pods, ready_pods, phase) = gang_status(size, pods);
+    let conditions = refused.map(|message| {
+        let mut conditions = vec![condition(
+            CONDITION_REPLICA_FAILURE,
+            "True",
+            "FailedCreate",
+            message.to_owned(),
+            generation,
+            now,
+        )];
+        keep_transition_times(
+            &mut conditions,
+            stored
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or_default(),
+        );
+        conditions
+    });
+    PodSetStatus {
+        observed_generation: generation,
+        ready_pods,
+        total_pods,
+        phase: Some(phase),
+        conditions,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +216,39 @@ mod tests {
             gang_status(2, &[pod(0, true, true, 0), pod(1, true, true, 0)]),
             (2, 2, PodSetPhase::Ready)
         );
+    }
+
+    #[test]
+    fn a_refused_create_is_reported_until_a_pass_creates_without_one() {
+        let at = |second| Timestamp::from_second(second).unwrap();
+        let gang = [pod(0, true, true, 0)];
+        let refused = podset_status(Some(3), 2, &gang, Some("exceeded quota: gpu"), None, at(10));
+        let failure = refused.conditions.as_deref().unwrap();
+        assert_eq!(failure.len(), 1);
+        assert_eq!(failure[0].type_, CONDITION_REPLICA_FAILURE);
+        assert_eq!(
+            (failure[0].status.as_str(), failure[0].reason.as_deref()),
+            ("True", Some("FailedCreate"))
+        );
+        assert_eq!(failure[0].message.as_deref(), Some("exceeded quota: gpu"));
+        assert_eq!(failure[0].observed_generation, Some(3));
+        assert_eq!((refused.total_pods, refused.ready_pods), (1, 1));
+        assert_eq!(refused.phase, Some(PodSetPhase::Running));
+        // Refused again later: the same condition, its transition time kept, so an unchanged
+        // refusal writes no new status.
+        let again = podset_status(
+            Some(3),
+            2,
+            &gang,
+            Some("exceeded quota: gpu"),
+            Some(&refused),
+            at(70),
+        );
+        assert_eq!(again, refused);
+        // Created: the condition goes.
+        let whole = [pod(0, true, true, 0), pod(1, true, false, 0)];
+        let created = podset_status(Some(3), 2, &whole, None, Some(&again), at(80));
+        assert_eq!(created.conditions, None);
+        assert_eq!((created.total_pods, created.ready_pods), (2, 1));
     }
 }

@@ -1,5 +1,5 @@
 //! Role-level decisions of the RoleSet controller (docs/rollouts.md#role-order,
-//! docs/rollouts.md#invariants, §5.1): given each role's spec, its observed pods and the
+//! docs/rollouts.md#invariants): given each role's spec, its observed pods and the
 //! controller's pending expectations, which pods to create and which to delete — for stateless
 //! roles and for stateful roles (one pod per slot `0..replicas`) updated by `Recreate`, under
 //! `Sequential`, `Parallel` or `Interleave` role ordering, holding back a `partition` of stable

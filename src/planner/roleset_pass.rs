@@ -6,7 +6,7 @@
 //! the clock.
 //!
 //! A pass is decided in two halves because the controller needs the first to observe for the
-//! second: [`role_children`] says which children each role counts (the controller settles
+//! second: [`role_children`](super::children::role_children) says which children each role counts (the controller settles
 //! its expectations against them and reads the stable revisions they ask for), then
 //! [`decide`] plans.
 
@@ -21,34 +21,19 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::adoption::{adopt, stale_revision_labels};
-use super::in_place::{eligibility, has_readiness_gate, pending_reason, start_patch};
+use super::children::{
+    RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
+};
+use super::in_place::{eligibility, has_readiness_gate, start_patch};
 use super::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
 };
 use super::revision::role_template;
 use super::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME,
-    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
-use crate::api::{
-    PodSet, PodSetPhase, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
-};
-
-/// The children one role counts: PodSets for a multi-node role (`podGroupSize` > 1), plain
-/// pods otherwise.
-#[derive(Clone, Debug)]
-pub struct RoleChildren {
-    /// Role name.
-    pub role: String,
-    /// Multi-node role: its replicas are PodSets.
-    pub gang: bool,
-    /// Its replicas as the planner sees them.
-    pub children: Vec<PodView>,
-    /// The `stableRevision` the role's partition keeps pods on, when one is held back: the
-    /// controller reads it for [`PassInput::stable`].
-    pub stable_revision: Option<String>,
-}
+use crate::api::{PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType};
 
 /// Creates and deletes of one role issued by earlier passes that the cache does not show yet.
 #[derive(Clone, Debug, Default)]
@@ -71,7 +56,7 @@ pub struct PassInput<'a> {
     pub pods: &'a [Arc<CachedPod>],
     /// Its PodSets, as cached.
     pub podsets: &'a [Arc<PodSet>],
-    /// [`role_children`] of this RoleSet.
+    /// [`role_children`](super::children::role_children) of this RoleSet.
     pub roles: Vec<RoleChildren>,
     /// By role, aligned with `roles`.
     pub pending: Vec<Pending>,
@@ -170,38 +155,6 @@ pub struct Pass {
     /// Live pods and PodSets created before the `topologyPolicy` changed, which keep their
     /// old affinity until replaced (told once per generation), when there are any.
     pub topology_pending: Option<(usize, usize)>,
-}
-
-/// The first half of a pass: the children each role counts, in spec order.
-pub fn role_children(
-    roleset: &RoleSet,
-    pods: &[Arc<CachedPod>],
-    podsets: &[Arc<PodSet>],
-) -> Vec<RoleChildren> {
-    roleset
-        .spec
-        .roles
-        .iter()
-        .flatten()
-        .map(|role| {
-            let gang = role.pod_group_size_or_default() > 1;
-            let children = if gang {
-                of_role(podsets, &role.name).map(podset_view).collect()
-            } else {
-                of_role(pods, &role.name).map(pod_view).collect()
-            };
-            let rollout = role.rollout.as_ref();
-            let stable_revision = rollout
-                .and_then(|r| r.stable_revision.clone())
-                .filter(|_| partition(role) > 0);
-            RoleChildren {
-                role: role.name.clone(),
-                gang,
-                children,
-                stable_revision,
-            }
-        })
-        .collect()
 }
 
 /// The second half: decides the pass.
@@ -325,15 +278,6 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass.retired_podsets = retire(&retired_podsets);
     pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
     pass
-}
-
-/// `partition` of a role, at most its replicas.
-fn partition(role: &RoleSpec) -> u32 {
-    let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
-    role.rollout
-        .as_ref()
-        .and_then(|r| r.partition)
-        .map_or(0, |p| u32::try_from(p).unwrap_or(0).min(desired))
 }
 
 /// What the role planner knows of one role.
@@ -496,78 +440,6 @@ fn in_place_writes(
     }
 }
 
-/// The children in `all` labelled with `role`.
-pub(crate) fn of_role<'a, K: ResourceExt>(
-    all: &'a [Arc<K>],
-    role: &'a str,
-) -> impl Iterator<Item = &'a K> {
-    all.iter()
-        .map(|child| &**child)
-        .filter(move |child| child.labels().get(LABEL_ROLE_NAME).map(String::as_str) == Some(role))
-}
-
-/// A PodSet seen as one replica of its role: Ready when its phase is Ready, gone from the
-/// active set when Failed.
-fn podset_view(podset: &PodSet) -> PodView {
-    let phase = podset.status.as_ref().and_then(|s| s.phase);
-    PodView {
-        name: podset.name_any(),
-        hash: template_label(podset.labels()),
-        running: phase != Some(PodSetPhase::Failed),
-        terminating: podset.metadata.deletion_timestamp.is_some(),
-        ready: phase == Some(PodSetPhase::Ready),
-        created: created(&podset.metadata),
-        slot: slot_of(podset.labels()),
-        in_place_target: None,
-        in_place_pending: None,
-    }
-}
-
-fn pod_view(pod: &CachedPod) -> PodView {
-    PodView {
-        name: pod.name_any(),
-        hash: template_label(pod.labels()),
-        running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-        ready: pod.ready(),
-        created: created(&pod.metadata),
-        slot: slot_of(pod.labels()),
-        in_place_target: in_place_target(pod).cloned(),
-        in_place_pending: in_place_target(pod).and_then(|_| pending_reason(&pod.without_spec())),
-    }
-}
-
-fn template_label(labels: &BTreeMap<String, String>) -> String {
-    labels
-        .get(LABEL_ROLE_TEMPLATE_HASH)
-        .cloned()
-        .unwrap_or_default()
-}
-
-fn created(meta: &kube::api::ObjectMeta) -> i64 {
-    meta.creation_timestamp
-        .as_ref()
-        .map_or(0, |t| t.0.as_second())
-}
-
-fn slot_of(labels: &BTreeMap<String, String>) -> Option<u32> {
-    labels
-        .get(LABEL_ROLE_REPLICA_INDEX)
-        .and_then(|i| i.parse().ok())
-}
-
-fn in_place_target(pod: &impl ResourceExt) -> Option<&String> {
-    pod.annotations().get(ANNOTATION_IN_PLACE_TARGET_HASH)
-}
-
-/// The pod a role would create now in the place of `pod` (same slot).
-pub(crate) fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
-    match slot_of(pod.labels()) {
-        Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
-        _ => stateless_pod(roleset, role, hash),
-    }
-}
-
 /// Outdated pods of an in-place role that are not being updated toward `target_hash` and
 /// cannot be, with the reason (their specs decoded: this is where in-place decisions read
 /// them).
@@ -637,6 +509,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::keys::ANNOTATION_IN_PLACE_TARGET_HASH;
+    use crate::planner::children::role_children;
 
     fn roleset(roles: Value) -> RoleSet {
         serde_json::from_value(json!({

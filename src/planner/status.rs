@@ -393,9 +393,9 @@ pub struct ServiceStatusInput<'a> {
 /// The status of a StormService after a pass: RoleSet counts by revision, per-role pod
 /// counts, `currentRevision` promoted once the rollout is whole, the conditions (with their
 /// transition times carried over when unchanged) and the progress deadline, whose clock
-/// stops while paused. Also returns the seconds until the deadline would pass (when to look
-/// again).
-pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u64) {
+/// stops while paused. Also returns how long until the deadline would pass, while one runs
+/// (one of the waits of `requeue::stormservice`).
+pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, Option<Duration>) {
     let condition = |type_: &str, status: &str, reason: &str, message: String, generation| {
         condition(type_, status, reason, message, generation, input.now)
     };
@@ -515,7 +515,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
     };
     let deadline = i64::from(service.spec.progress_deadline_seconds_or_default());
     let stalled_for = now.as_second() - last_progress.as_second();
-    let mut requeue_seconds = 300;
+    let mut deadline_in = None;
     let mut progressing = if complete {
         condition(
             CONDITION_PROGRESSING,
@@ -565,7 +565,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
         )
     } else {
         let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
-        requeue_seconds = left;
+        deadline_in = Some(Duration::from_secs(left));
         condition(
             CONDITION_PROGRESSING,
             "True",
@@ -688,7 +688,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, u
             .and_then(|c| c.status.clone())
             .or(old.canary_status.clone()),
     };
-    (status, requeue_seconds)
+    (status, deadline_in)
 }
 
 /// Whether a RoleSet's status describes its current generation and says Ready.
@@ -1089,7 +1089,7 @@ mod tests {
         rolesets: &[RoleSet],
         current: &str,
         now: Timestamp,
-    ) -> (StormServiceStatus, u64) {
+    ) -> (StormServiceStatus, Option<Duration>) {
         stormservice_status(&ServiceStatusInput {
             service,
             update_revision: "new".into(),
@@ -1216,7 +1216,11 @@ mod tests {
             (progressing.status.as_str(), progressing.reason.as_deref()),
             ("True", Some("RollingOut"))
         );
-        assert_eq!(requeue, 600, "the whole deadline is left");
+        assert_eq!(
+            requeue,
+            Some(Duration::from_secs(600)),
+            "the whole deadline is left"
+        );
         // Without progress, the deadline passes 600 s after resuming.
         let (stalled, _) = derive(&service(2, false, Some(resumed)), &rolling, "old", at(1600));
         assert_eq!(

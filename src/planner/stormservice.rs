@@ -93,7 +93,7 @@ impl ServiceAction {
     }
 }
 
-/// AIBrix's `calculateReplicas` (§2.2.10): splits `desired` between current and updated in
+/// AIBrix's `calculateReplicas` (docs/rollouts.md#replica-and-pooled-mode): splits `desired` between current and updated in
 /// proportion to `(current, updated)`; the updated side absorbs the rounding.
 pub fn proportional_split(desired: u32, current: u32, updated: u32) -> (u32, u32) {
     let total = current + updated;

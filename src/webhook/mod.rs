@@ -16,13 +16,15 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::admission::defaulting::{PatchWriter, write_defaults, write_view_defaults};
+use crate::admission::scan::{self, Scanner, Seen};
+use crate::admission::validation::{
+    FieldError, OwnedKind, Report, View, validate_json, validate_view,
+};
 use crate::api::GROUP;
-use crate::api::defaults::{PatchWriter, write_defaults, write_view_defaults};
+use crate::api::borrowed::Str;
 use crate::api::podgroup::PodGroupCrds;
-use crate::api::scan::{self, Scanner, Seen};
 use crate::api::tenancy::ConfiguredEndpoint;
-use crate::api::validation::{FieldError, OwnedKind, Report, View, validate_json, validate_view};
-use crate::api::view::Str;
 
 /// One admission webhook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -521,7 +523,7 @@ fn review_in_general(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Result<An
 /// answers, it answers as that path would (the pinned admission answers and a property test
 /// hold both to it).
 fn review_in_one_pass(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answer> {
-    use crate::api::view::{ObjectView, RoleSetView, StormServiceView};
+    use crate::admission::view::{ObjectView, RoleSetView, StormServiceView};
     // Checked once here, so that no string the view borrows is checked again.
     let body = std::str::from_utf8(body).ok()?;
     let kind = hook.owned_kind();
@@ -597,7 +599,7 @@ fn decide_view(
 }
 
 /// The review of an ordinary create of the webhook's kind (or an update, for a mutating
-/// webhook, which does not read the stored object), read by [`crate::api::scan`]: a strict
+/// webhook, which does not read the stored object), read by [`crate::admission::scan`]: a strict
 /// reader of the common shape that gives up on anything else, which [`review_in_one_pass`]
 /// then reads with serde. Where it answers, it answers as serde's readings would (a property
 /// test holds it to that).
@@ -618,7 +620,7 @@ fn review_scanned(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answe
     Some(answer(hook, body.len(), decision, names))
 }
 
-/// The names and the object's view of an AdmissionReview, read by [`crate::api::scan`] as
+/// The names and the object's view of an AdmissionReview, read by [`crate::admission::scan`] as
 /// serde reads a [`ReviewView`]; `None` when it gives up, or when the request is not an
 /// ordinary create or update of `hook`'s kind, or (validating) when it has a stored object.
 fn scan_review<'a>(hook: Hook, body: &'a str) -> Option<(Names<'a>, View<'a>)> {

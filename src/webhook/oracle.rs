@@ -9,13 +9,13 @@ use super::sidecar::{
     ANNOTATION_ENGINE, ANNOTATION_SIDECAR_IMAGE, ANNOTATION_SIDECAR_INJECTION, DEFAULT_IMAGE,
     MOUNT_PATH, SIDECAR_NAME, VOLUME,
 };
+use crate::admission::validation::{
+    FieldError, OwnedKind, mixed_upgrade_order_warning, parse, raw_bounds,
+};
 use crate::api::defaults::{
     DEFAULT_PROGRESS_DEADLINE_SECONDS, DEFAULT_REPLICAS, DEFAULT_REVISION_HISTORY_LIMIT,
 };
 use crate::api::limits::MAX_CANARY_STEPS;
-use crate::api::validation::{
-    FieldError, OwnedKind, mixed_upgrade_order_warning, parse, raw_bounds,
-};
 use crate::api::{PodSet, RoleSet, StormService};
 
 /// The object the old webhook's patch made: defaults, then (StormService) the sidecar.

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::api::defaults::Addition;
+use crate::admission::defaulting::Addition;
 
 /// Opt-in annotation on the StormService; only `"true"` injects.
 pub const ANNOTATION_SIDECAR_INJECTION: &str = "model.aibrix.ai/sidecar-injection";
@@ -151,7 +151,7 @@ pub(super) fn infer_engine(containers: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::defaults::PatchWriter;
+    use crate::admission::defaulting::PatchWriter;
 
     /// Applies the injection as the webhook's patch would; its warning.
     fn inject(stormservice: &mut Value) -> Option<String> {

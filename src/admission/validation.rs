@@ -10,27 +10,27 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::analysis::{
+use super::view::{
+    MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SchedulingView, SelectorView,
+    StatusView, StepView, StormServiceSpecView, StormServiceView,
+};
+use crate::api::analysis::{
     Analysis, AnalysisMetric, MAX_ANALYSIS_COUNT, MAX_ANALYSIS_METRICS, MAX_ANALYSIS_WAIT,
     MAX_METRIC_NAME_BYTES, MAX_QUERY_BYTES, MIN_ANALYSIS_INTERVAL, QueryValues, render_query,
 };
-use super::condition::Condition;
-use super::limits::{MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLES};
-use super::podgroup::Scheduler;
-use super::tenancy::ConfiguredEndpoint;
-use super::view::{
-    IntOrStr, MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SchedulingView,
-    SelectorView, StatusView, StepView, StormServiceSpecView, StormServiceView, Str,
-};
-use super::{
-    CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
-    StormService, StormServiceUpdateStrategyType, VERSION, pause_seconds,
-};
+use crate::api::borrowed::{IntOrStr, Str};
 use crate::api::budget::{Budget, resolve_fenceposts};
-
-/// Longest role name: role names end up in the annotation name
-/// `role-revision-name.<role>`, which is limited to 63 characters.
-pub const MAX_ROLE_NAME_LEN: usize = 44;
+use crate::api::condition::Condition;
+use crate::api::duration::pause_seconds;
+use crate::api::limits::{
+    MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLE_NAME_LEN, MAX_ROLES,
+};
+use crate::api::podgroup::Scheduler;
+use crate::api::tenancy::ConfiguredEndpoint;
+use crate::api::{
+    CanaryPhase, GROUP, PodSet, RoleSet, RoleSetUpdateStrategy, RoleUpdateStrategyType,
+    StormService, StormServiceUpdateStrategyType, VERSION,
+};
 
 /// One violation, for one field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -300,7 +300,7 @@ pub fn validate_object(new: &Value, old: Option<&Value>) -> Option<Report> {
 /// the validating webhook's entry, and through [`validate_object`] and the typed entries,
 /// `squall lint`'s and the controllers'.
 ///
-/// The object is read as a view ([`crate::api::view`]): nothing is copied, and nothing is
+/// The object is read as a view ([`crate::admission::view`]): nothing is copied, and nothing is
 /// formatted unless a rule reports. An object that does not parse is reported as one error
 /// naming the field (found by parsing it again into squall's types); one over the list
 /// bounds as that error alone (an update that keeps the stored object's excess is

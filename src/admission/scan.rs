@@ -18,12 +18,13 @@ use std::collections::BTreeMap;
 use serde::de::IgnoredAny;
 
 use super::view::{
-    CanaryView, Count, IntOrStr, MetaView, PauseView, PodSpecView, PodTemplateView,
-    RoleSetSpecView, RoleSetView, RoleStrategyView, RoleView, SchedulingView, SelectorView,
-    StepView, StormServiceSpecView, StormServiceStrategyView, StormServiceView, Str,
-    TemplateMetaView, TemplateView,
+    CanaryView, Count, MetaView, PauseView, PodSpecView, PodTemplateView, RoleSetSpecView,
+    RoleSetView, RoleStrategyView, RoleView, SchedulingView, SelectorView, StepView,
+    StormServiceSpecView, StormServiceStrategyView, StormServiceView, TemplateMetaView,
+    TemplateView,
 };
-use super::{RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType};
+use crate::api::borrowed::{IntOrStr, Str};
+use crate::api::{RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType};
 
 /// Deepest nesting read (serde_json refuses beyond 128; deeper documents are left to it). A
 /// review's pod templates nest about 20 deep. Below 64: [`Scanner::skip`] keeps a bit per level.

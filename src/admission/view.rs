@@ -8,85 +8,20 @@
 //! the typed object would have shown them. What is skipped is checked by the API server's
 //! schema validation before the validating webhook is called (README, "Admission").
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::analysis::Analysis;
+use crate::api::analysis::Analysis;
+use crate::api::borrowed::{IntOrStr, Str};
+use crate::api::duration::pause_seconds;
 
-use super::{
+use crate::api::{
     CanaryPhase, RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType,
 };
-
-/// A string of the document: borrowed unless JSON escapes had to be decoded — also inside
-/// an `Option`, a list or a map, where serde's own `Cow` would always copy.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Str<'a>(pub Cow<'a, str>);
-
-impl std::ops::Deref for Str<'_> {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Str<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl fmt::Display for Str<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl PartialEq<str> for Str<'_> {
-    fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
-    }
-}
-
-impl PartialEq<&str> for Str<'_> {
-    fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
-    }
-}
-
-impl Serialize for Str<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor;
-        impl<'de> Visitor<'de> for StrVisitor {
-            type Value = Str<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Str(Cow::Owned(v.to_string())))
-            }
-        }
-        deserializer.deserialize_str(StrVisitor)
-    }
-}
 
 /// An object as the rules read it: its metadata, and its spec (and status) still as JSON,
 /// so that an update can compare specs byte for byte before parsing them.
@@ -142,59 +77,6 @@ pub struct MetaView<'a> {
     /// Present when the object is being deleted.
     #[serde(default)]
     pub deletion_timestamp: Option<IgnoredAny>,
-}
-
-/// An integer or a string (`IntOrString`), the string borrowed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
-pub enum IntOrStr<'a> {
-    /// An integer.
-    Int(i32),
-    /// A string.
-    Str(Str<'a>),
-}
-
-impl<'a> From<&'a IntOrString> for IntOrStr<'a> {
-    fn from(value: &'a IntOrString) -> Self {
-        match value {
-            IntOrString::Int(n) => Self::Int(*n),
-            IntOrString::String(s) => Self::Str(Str(Cow::Borrowed(s))),
-        }
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for IntOrStr<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct IntOrStrVisitor;
-        impl<'de> Visitor<'de> for IntOrStrVisitor {
-            type Value = IntOrStr<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an integer or a string")
-            }
-
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                i32::try_from(v)
-                    .map(IntOrStr::Int)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
-            }
-
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                i32::try_from(v)
-                    .map(IntOrStr::Int)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
-            }
-
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(IntOrStr::Str(Str(Cow::Borrowed(v))))
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(IntOrStr::Str(Str(Cow::Owned(v.to_string()))))
-            }
-        }
-        deserializer.deserialize_any(IntOrStrVisitor)
-    }
 }
 
 /// The length of a list whose items the rules do not read.
@@ -460,7 +342,7 @@ pub struct SchedulingView {
 impl SchedulingView {
     /// The schedulers named.
     pub fn schedulers(&self) -> Vec<&'static str> {
-        super::common::schedulers_named(
+        crate::api::common::schedulers_named(
             self.godel_scheduling_strategy.is_some(),
             self.coscheduling_scheduling_strategy.is_some(),
             self.volcano_scheduling_strategy.is_some(),
@@ -468,8 +350,8 @@ impl SchedulingView {
     }
 
     /// The scheduler it names, when it names exactly one (two are denied).
-    pub fn scheduler(&self) -> Option<super::podgroup::Scheduler> {
-        use super::podgroup::Scheduler;
+    pub fn scheduler(&self) -> Option<crate::api::podgroup::Scheduler> {
+        use crate::api::podgroup::Scheduler;
         match (
             self.coscheduling_scheduling_strategy.is_some(),
             self.volcano_scheduling_strategy.is_some(),
@@ -503,7 +385,8 @@ pub struct CanaryStatusView {
 impl StormServiceSpecView<'_> {
     /// `spec.replicas`, absent meaning the default.
     pub fn replicas_or_default(&self) -> i32 {
-        self.replicas.unwrap_or(super::defaults::DEFAULT_REPLICAS)
+        self.replicas
+            .unwrap_or(crate::api::defaults::DEFAULT_REPLICAS)
     }
 
     /// The update strategy type; absent means RollingUpdate.
@@ -527,19 +410,20 @@ impl StormServiceSpecView<'_> {
 impl RoleView<'_> {
     /// `replicas`, absent meaning the default.
     pub fn replicas_or_default(&self) -> i32 {
-        self.replicas.unwrap_or(super::defaults::DEFAULT_REPLICAS)
+        self.replicas
+            .unwrap_or(crate::api::defaults::DEFAULT_REPLICAS)
     }
 
     /// `upgradeOrder`, absent meaning the default.
     pub fn upgrade_order_or_default(&self) -> i32 {
         self.upgrade_order
-            .unwrap_or(super::defaults::DEFAULT_UPGRADE_ORDER)
+            .unwrap_or(crate::api::defaults::DEFAULT_UPGRADE_ORDER)
     }
 
     /// `podGroupSize`, absent meaning the default.
     pub fn pod_group_size_or_default(&self) -> i32 {
         self.pod_group_size
-            .unwrap_or(super::defaults::DEFAULT_POD_GROUP_SIZE)
+            .unwrap_or(crate::api::defaults::DEFAULT_POD_GROUP_SIZE)
     }
 
     /// The update strategy type; absent means Recreate.
@@ -552,14 +436,16 @@ impl RoleView<'_> {
 }
 
 impl PauseView<'_> {
-    /// The pause length in seconds ([`super::stormservice::pause_seconds`]).
+    /// The pause length in seconds ([`crate::api::stormservice::pause_seconds`]).
     pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
-        super::stormservice::pause_seconds(self.duration.as_ref())
+        pause_seconds(self.duration.as_ref())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
 
     #[test]

@@ -1,0 +1,147 @@
+//! The children a RoleSet counts per role, and how the planner sees each of them (a pod or
+//! a PodSet as one replica). Both halves of a pass read them: adoption (which pods a new
+//! RoleSet takes over) and the pass itself, so they live below both.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::in_place::pending_reason;
+use super::render::{stateful_pod, stateless_pod};
+use super::roleset::PodView;
+use crate::api::keys::{
+    ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
+    LABEL_ROLE_TEMPLATE_HASH,
+};
+use crate::api::pod::CachedPod;
+use crate::api::{PodSet, PodSetPhase, RoleSet, RoleSpec};
+
+/// The children one role counts: PodSets for a multi-node role (`podGroupSize` > 1), plain
+/// pods otherwise.
+#[derive(Clone, Debug)]
+pub struct RoleChildren {
+    /// Role name.
+    pub role: String,
+    /// Multi-node role: its replicas are PodSets.
+    pub gang: bool,
+    /// Its replicas as the planner sees them.
+    pub children: Vec<PodView>,
+    /// The `stableRevision` the role's partition keeps pods on, when one is held back: the
+    /// controller reads it for `roleset_pass::PassInput::stable`.
+    pub stable_revision: Option<String>,
+}
+
+/// The first half of a pass: the children each role counts, in spec order.
+pub fn role_children(
+    roleset: &RoleSet,
+    pods: &[Arc<CachedPod>],
+    podsets: &[Arc<PodSet>],
+) -> Vec<RoleChildren> {
+    roleset
+        .spec
+        .roles
+        .iter()
+        .flatten()
+        .map(|role| {
+            let gang = role.pod_group_size_or_default() > 1;
+            let children = if gang {
+                of_role(podsets, &role.name).map(podset_view).collect()
+            } else {
+                of_role(pods, &role.name).map(pod_view).collect()
+            };
+            let rollout = role.rollout.as_ref();
+            let stable_revision = rollout
+                .and_then(|r| r.stable_revision.clone())
+                .filter(|_| partition(role) > 0);
+            RoleChildren {
+                role: role.name.clone(),
+                gang,
+                children,
+                stable_revision,
+            }
+        })
+        .collect()
+}
+
+/// `partition` of a role, at most its replicas.
+pub(crate) fn partition(role: &RoleSpec) -> u32 {
+    let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
+    role.rollout
+        .as_ref()
+        .and_then(|r| r.partition)
+        .map_or(0, |p| u32::try_from(p).unwrap_or(0).min(desired))
+}
+
+/// The children in `all` labelled with `role`.
+pub(crate) fn of_role<'a, K: ResourceExt>(
+    all: &'a [Arc<K>],
+    role: &'a str,
+) -> impl Iterator<Item = &'a K> {
+    all.iter()
+        .map(|child| &**child)
+        .filter(move |child| child.labels().get(LABEL_ROLE_NAME).map(String::as_str) == Some(role))
+}
+
+/// A PodSet seen as one replica of its role: Ready when its phase is Ready, gone from the
+/// active set when Failed.
+pub(crate) fn podset_view(podset: &PodSet) -> PodView {
+    let phase = podset.status.as_ref().and_then(|s| s.phase);
+    PodView {
+        name: podset.name_any(),
+        hash: template_label(podset.labels()),
+        running: phase != Some(PodSetPhase::Failed),
+        terminating: podset.metadata.deletion_timestamp.is_some(),
+        ready: phase == Some(PodSetPhase::Ready),
+        created: created(&podset.metadata),
+        slot: slot_of(podset.labels()),
+        in_place_target: None,
+        in_place_pending: None,
+    }
+}
+
+pub(crate) fn pod_view(pod: &CachedPod) -> PodView {
+    PodView {
+        name: pod.name_any(),
+        hash: template_label(pod.labels()),
+        running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        ready: pod.ready(),
+        created: created(&pod.metadata),
+        slot: slot_of(pod.labels()),
+        in_place_target: in_place_target(pod).cloned(),
+        in_place_pending: in_place_target(pod).and_then(|_| pending_reason(&pod.without_spec())),
+    }
+}
+
+fn template_label(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .get(LABEL_ROLE_TEMPLATE_HASH)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn created(meta: &kube::api::ObjectMeta) -> i64 {
+    meta.creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second())
+}
+
+fn slot_of(labels: &BTreeMap<String, String>) -> Option<u32> {
+    labels
+        .get(LABEL_ROLE_REPLICA_INDEX)
+        .and_then(|i| i.parse().ok())
+}
+
+pub(crate) fn in_place_target(pod: &impl ResourceExt) -> Option<&String> {
+    pod.annotations().get(ANNOTATION_IN_PLACE_TARGET_HASH)
+}
+
+/// The pod a role would create now in the place of `pod` (same slot).
+pub(crate) fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
+    match slot_of(pod.labels()) {
+        Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
+        _ => stateless_pod(roleset, role, hash),
+    }
+}
