@@ -396,232 +396,36 @@ pub struct ServiceStatusInput<'a> {
 /// stops while paused. Also returns how long until the deadline would pass, while one runs
 /// (one of the waits of `requeue::stormservice`).
 pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, Option<Duration>) {
-    let condition = |type_: &str, status: &str, reason: &str, message: String, generation| {
-        condition(type_, status, reason, message, generation, input.now)
-    };
     let service = input.service;
-    let now = input.now;
     let old = service.status.clone().unwrap_or_default();
     let generation = service.metadata.generation;
-    let update_name = input.update_revision.clone();
-    let mut current_name = input.current_revision.clone();
-    let (rolesets, desired, canary) = (input.rolesets, input.desired, input.canary);
-    let active: Vec<&RoleSet> = rolesets
-        .iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .collect();
-    let on = |r: &&RoleSet, revision: &str| {
-        r.labels()
-            .get(LABEL_STORM_SERVICE_REVISION)
-            .map(String::as_str)
-            == Some(revision)
+    let counts = service_counts(input);
+    let new = |type_: &str, (status, reason, message): (&str, &str, String)| {
+        condition(type_, status, reason, message, generation, input.now)
     };
-    let count = |f: &dyn Fn(&&RoleSet) -> bool| active.iter().filter(|r| f(r)).count() as i32;
-    // "Current" is promoted once no RoleSet is left on anything but the update revision —
-    // during a canary, only when it completes.
-    let canary_phase = canary.and_then(|c| c.status.as_ref()).and_then(|c| c.phase);
-    let canary_running = canary.is_some() && canary_phase != Some(CanaryPhase::Completed);
-    // A rollout is over when no RoleSet is left elsewhere and the count is whole again (a
-    // replacement created after that still belongs to the rollout).
-    let rolled = count(&|r| !on(r, &update_name)) == 0 && active.len() as u32 >= desired;
-    if canary_phase == Some(CanaryPhase::Completed) || (!canary_running && rolled) {
-        current_name = update_name.clone();
-    }
-    let replicas = active.len() as i32;
-    let ready = count(&|r| fresh_ready(r));
-    let role_replicas: BTreeMap<String, i32> = service
-        .spec
-        .template
-        .spec
-        .iter()
-        .flat_map(|s| s.roles.iter().flatten())
-        .map(|r| (r.name.clone(), r.replicas_or_default()))
-        .collect();
-    let updated = count(&|r| on(r, &update_name) && roles_updated(r, false, &role_replicas));
-    let updated_ready =
-        count(&|r| on(r, &update_name) && fresh_ready(r) && roles_updated(r, true, &role_replicas));
-    let desired = desired as i32;
-    let complete = ready >= desired
-        && updated == desired
-        && replicas == desired
-        && current_name == update_name;
-    let paused = service.spec.paused == Some(true);
-
-    let mut conditions = vec![if complete {
-        condition(
-            CONDITION_READY,
-            "True",
-            "RoleSetsReady",
-            format!("{ready} of {desired} RoleSets updated and Ready"),
-            generation,
-        )
-    } else {
-        condition(
-            CONDITION_READY,
-            "False",
-            "RoleSetsNotReady",
-            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
-            generation,
-        )
-    }];
-    // Ready says the rollout is done; Available that the service serves meanwhile — during
-    // a canary pause, a roll within its budgets — as a Deployment stays Available.
-    let serving_rolesets = count(&|r| serving(r));
-    let needed = desired
-        .saturating_sub(service.spec.fenceposts(desired as u32).max_unavailable as i32)
-        .max(desired.min(1));
-    conditions.push(if serving_rolesets >= needed {
-        condition(
-            CONDITION_AVAILABLE,
-            "True",
-            "MinimumRoleSetsServing",
-            format!("{serving_rolesets} of {desired} RoleSets serving; {needed} needed"),
-            generation,
-        )
-    } else {
-        condition(
-            CONDITION_AVAILABLE,
-            "False",
-            "MinimumRoleSetsNotServing",
-            format!("{serving_rolesets} of {desired} RoleSets serving; {needed} needed"),
-            generation,
-        )
-    });
-    // Progress: any count moved since the stored status (or the spec changed).
-    let moved = old.observed_generation != generation
-        || (
-            old.replicas,
-            old.ready_replicas,
-            old.updated_replicas,
-            old.updated_ready_replicas,
-        ) != (replicas, ready, updated, updated_ready);
-    let previous_progress = old
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == CONDITION_PROGRESSING)
-        .cloned();
-    // The deadline clock does not run while paused (globally or in a canary pause step): it
-    // restarts when waiting begins or ends, and is kept otherwise (so status stays put).
-    let waiting = !complete && (paused || canary_phase == Some(CanaryPhase::Paused));
-    let last_progress = match &previous_progress {
-        Some(c)
-            if !moved
-                && waiting == matches!(c.reason.as_deref(), Some("Paused" | "CanaryPaused")) =>
-        {
-            c.last_update_time.as_ref().map_or(now, |t| t.0)
-        }
-        _ => now,
-    };
-    let deadline = i64::from(service.spec.progress_deadline_seconds_or_default());
-    let stalled_for = now.as_second() - last_progress.as_second();
-    let mut deadline_in = None;
-    let mut progressing = if complete {
-        condition(
-            CONDITION_PROGRESSING,
-            "True",
-            "RolloutComplete",
-            "every RoleSet is updated and Ready".into(),
-            generation,
-        )
-    } else if paused {
-        condition(
-            CONDITION_PROGRESSING,
-            "Unknown",
-            "Paused",
-            "the rollout is paused".into(),
-            generation,
-        )
-    } else if canary_phase == Some(CanaryPhase::Paused) {
-        // Waiting in a pause step (or behind an inconclusive analysis) is not a stall: no
-        // progress deadline runs.
-        let inconclusive = canary
-            .and_then(|c| c.status.as_ref())
-            .and_then(|c| c.pause_conditions.as_ref())
-            .is_some_and(|gates| {
-                gates
-                    .iter()
-                    .any(|g| g.reason == crate::api::PauseReason::CanaryAnalysisInconclusive)
-            });
-        condition(
-            CONDITION_PROGRESSING,
-            "Unknown",
-            "CanaryPaused",
-            if inconclusive {
-                "the canary waits: its analysis is inconclusive (squall promote or squall abort)"
-                    .into()
-            } else {
-                "the canary waits in a pause step".into()
-            },
-            generation,
-        )
-    } else if stalled_for >= deadline {
-        condition(
-            CONDITION_PROGRESSING,
-            "False",
-            "ProgressDeadlineExceeded",
-            format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
-            generation,
-        )
-    } else {
-        let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
-        deadline_in = Some(Duration::from_secs(left));
-        condition(
-            CONDITION_PROGRESSING,
-            "True",
-            "RollingOut",
-            format!("{updated_ready} of {desired} RoleSets updated and Ready"),
-            generation,
-        )
-    };
-    progressing.last_update_time = Some(Time(last_progress));
-    conditions.push(progressing);
-    conditions.push(condition(
-        CONDITION_PAUSED,
-        if paused { "True" } else { "False" },
-        if paused { "Paused" } else { "Running" },
-        if paused {
-            "spec.paused is set: scaling continues, rollouts wait".into()
-        } else {
-            "rollouts proceed".into()
-        },
-        generation,
-    ));
-    conditions.push(condition(
-        CONDITION_INVALID_SPEC,
-        "False",
-        "Valid",
-        "the spec passes validation".into(),
-        generation,
-    ));
-    if let Some((reason, message)) = replica_failure(input.refused, &active) {
-        conditions.push(condition(
-            CONDITION_REPLICA_FAILURE,
-            "True",
-            reason,
-            message,
-            generation,
-        ));
+    let (progressing, deadline_in) = progressing_condition(input, &counts, &old);
+    let mut conditions = vec![
+        new(CONDITION_READY, ready_condition(&counts)),
+        new(CONDITION_AVAILABLE, available_condition(service, &counts)),
+        progressing,
+        new(CONDITION_PAUSED, paused_condition(service)),
+        new(
+            CONDITION_INVALID_SPEC,
+            ("False", "Valid", "the spec passes validation".into()),
+        ),
+    ];
+    if let Some((reason, message)) = replica_failure(input.refused, &counts.active) {
+        conditions.push(new(CONDITION_REPLICA_FAILURE, ("True", reason, message)));
     }
     if let Some(message) = input.service_conflict {
-        conditions.push(condition(
+        conditions.push(new(
             CONDITION_SERVICE_CONFLICT,
-            "True",
-            "NotOwned",
-            message.to_string(),
-            generation,
+            ("True", "NotOwned", message.to_string()),
         ));
     }
-    if let Some((status, reason, message)) =
-        analysis_condition(canary.and_then(|c| c.status.as_ref()))
-    {
-        conditions.push(condition(
-            CONDITION_CANARY_ANALYSIS,
-            status,
-            reason,
-            message,
-            generation,
-        ));
+    let canary_status = input.canary.and_then(|c| c.status.as_ref());
+    if let Some(analysis) = analysis_condition(canary_status) {
+        conditions.push(new(CONDITION_CANARY_ANALYSIS, analysis));
     }
     // Conditions of other writers (the canary) are kept.
     let ours = [
@@ -645,14 +449,283 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
         &mut conditions,
         old.conditions.as_deref().unwrap_or_default(),
     );
+    let status = StormServiceStatus {
+        observed_generation: generation,
+        replicas: counts.replicas,
+        ready_replicas: counts.ready,
+        not_ready_replicas: counts.replicas - counts.ready,
+        current_replicas: counts.current,
+        updated_replicas: counts.updated,
+        updated_ready_replicas: counts.updated_ready,
+        current_revision: Some(counts.current_revision),
+        update_revision: Some(input.update_revision.clone()),
+        conditions: Some(conditions),
+        collision_count: Some(i32::try_from(input.collision_count).unwrap_or(i32::MAX)),
+        scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
+        role_statuses: Some(role_statuses(input.rolesets, &input.update_revision)),
+        canary_status: canary_status.cloned().or(old.canary_status.clone()),
+    };
+    (status, deadline_in)
+}
 
+/// What a StormService's status counts of its RoleSets, and what follows from the counts.
+struct ServiceCounts<'a> {
+    /// The RoleSets not being deleted.
+    active: Vec<&'a RoleSet>,
+    /// `spec.replicas`.
+    desired: i32,
+    replicas: i32,
+    ready: i32,
+    updated: i32,
+    updated_ready: i32,
+    /// RoleSets serving traffic (`serving`), for Available.
+    serving: i32,
+    /// `currentRevision` after this pass: promoted to the update revision once the rollout
+    /// is whole (during a canary, only when it completes).
+    current_revision: String,
+    /// RoleSets on `current_revision`.
+    current: i32,
+    /// Every RoleSet updated and Ready, as many as desired, and current promoted.
+    complete: bool,
+    /// The canary's phase, when a canary runs.
+    canary_phase: Option<CanaryPhase>,
+}
+
+/// Whether `roleset` is labelled with `revision`.
+fn on_revision(roleset: &RoleSet, revision: &str) -> bool {
+    roleset
+        .labels()
+        .get(LABEL_STORM_SERVICE_REVISION)
+        .map(String::as_str)
+        == Some(revision)
+}
+
+fn service_counts<'a>(input: &ServiceStatusInput<'a>) -> ServiceCounts<'a> {
+    let update_name = input.update_revision.as_str();
+    let active: Vec<&RoleSet> = input
+        .rolesets
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .collect();
+    let count = |f: &dyn Fn(&RoleSet) -> bool| active.iter().filter(|r| f(r)).count() as i32;
+    let canary_phase = input
+        .canary
+        .and_then(|c| c.status.as_ref())
+        .and_then(|c| c.phase);
+    let canary_running = input.canary.is_some() && canary_phase != Some(CanaryPhase::Completed);
+    // A rollout is over when no RoleSet is left elsewhere and the count is whole again (a
+    // replacement created after that still belongs to the rollout).
+    let rolled =
+        count(&|r| !on_revision(r, update_name)) == 0 && active.len() as u32 >= input.desired;
+    let current_revision =
+        if canary_phase == Some(CanaryPhase::Completed) || (!canary_running && rolled) {
+            update_name.to_owned()
+        } else {
+            input.current_revision.clone()
+        };
+    let role_replicas: BTreeMap<String, i32> = input
+        .service
+        .spec
+        .template
+        .spec
+        .iter()
+        .flat_map(|s| s.roles.iter().flatten())
+        .map(|r| (r.name.clone(), r.replicas_or_default()))
+        .collect();
+    let replicas = active.len() as i32;
+    let ready = count(&|r| fresh_ready(r));
+    let updated =
+        count(&|r| on_revision(r, update_name) && roles_updated(r, false, &role_replicas));
+    let updated_ready = count(&|r| {
+        on_revision(r, update_name) && fresh_ready(r) && roles_updated(r, true, &role_replicas)
+    });
+    let desired = input.desired as i32;
+    let complete = ready >= desired
+        && updated == desired
+        && replicas == desired
+        && current_revision == update_name;
+    let serving = count(&|r| serving(r));
+    let current = count(&|r| on_revision(r, &current_revision));
+    ServiceCounts {
+        active,
+        desired,
+        replicas,
+        ready,
+        updated,
+        updated_ready,
+        serving,
+        current_revision,
+        current,
+        complete,
+        canary_phase,
+    }
+}
+
+/// `Ready`: the rollout is done.
+fn ready_condition(counts: &ServiceCounts<'_>) -> (&'static str, &'static str, String) {
+    let desired = counts.desired;
+    if counts.complete {
+        (
+            "True",
+            "RoleSetsReady",
+            format!("{} of {desired} RoleSets updated and Ready", counts.ready),
+        )
+    } else {
+        (
+            "False",
+            "RoleSetsNotReady",
+            format!(
+                "{} of {desired} RoleSets updated and Ready",
+                counts.updated_ready
+            ),
+        )
+    }
+}
+
+/// `Available`: the service serves meanwhile — during a canary pause, a roll within its
+/// budgets — as a Deployment stays Available.
+fn available_condition(
+    service: &StormService,
+    counts: &ServiceCounts<'_>,
+) -> (&'static str, &'static str, String) {
+    let desired = counts.desired;
+    let needed = desired
+        .saturating_sub(service.spec.fenceposts(desired as u32).max_unavailable as i32)
+        .max(desired.min(1));
+    let message = format!(
+        "{} of {desired} RoleSets serving; {needed} needed",
+        counts.serving
+    );
+    if counts.serving >= needed {
+        ("True", "MinimumRoleSetsServing", message)
+    } else {
+        ("False", "MinimumRoleSetsNotServing", message)
+    }
+}
+
+/// `Paused`: `spec.paused`.
+fn paused_condition(service: &StormService) -> (&'static str, &'static str, String) {
+    if service.spec.paused == Some(true) {
+        (
+            "True",
+            "Paused",
+            "spec.paused is set: scaling continues, rollouts wait".into(),
+        )
+    } else {
+        ("False", "Running", "rollouts proceed".into())
+    }
+}
+
+/// `Progressing`, with the time of the last progress, and how long until the progress
+/// deadline passes while it runs. The deadline clock does not run while paused (globally or
+/// in a canary pause step): it restarts when waiting begins or ends, and is kept otherwise
+/// (so status stays put).
+fn progressing_condition(
+    input: &ServiceStatusInput<'_>,
+    counts: &ServiceCounts<'_>,
+    old: &StormServiceStatus,
+) -> (Condition, Option<Duration>) {
+    let (service, now) = (input.service, input.now);
+    let generation = service.metadata.generation;
+    let paused = service.spec.paused == Some(true);
+    let canary_paused = counts.canary_phase == Some(CanaryPhase::Paused);
+    // Progress: any count moved since the stored status (or the spec changed).
+    let moved = old.observed_generation != generation
+        || (
+            old.replicas,
+            old.ready_replicas,
+            old.updated_replicas,
+            old.updated_ready_replicas,
+        ) != (
+            counts.replicas,
+            counts.ready,
+            counts.updated,
+            counts.updated_ready,
+        );
+    let previous = old
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == CONDITION_PROGRESSING);
+    let waiting = !counts.complete && (paused || canary_paused);
+    let last_progress = match previous {
+        Some(c)
+            if !moved
+                && waiting == matches!(c.reason.as_deref(), Some("Paused" | "CanaryPaused")) =>
+        {
+            c.last_update_time.as_ref().map_or(now, |t| t.0)
+        }
+        _ => now,
+    };
+    let deadline = i64::from(service.spec.progress_deadline_seconds_or_default());
+    let stalled_for = now.as_second() - last_progress.as_second();
+    let mut deadline_in = None;
+    let (status, reason, message) = if counts.complete {
+        (
+            "True",
+            "RolloutComplete",
+            "every RoleSet is updated and Ready".into(),
+        )
+    } else if paused {
+        ("Unknown", "Paused", "the rollout is paused".into())
+    } else if canary_paused {
+        // Waiting in a pause step (or behind an inconclusive analysis) is not a stall: no
+        // progress deadline runs.
+        let inconclusive = input
+            .canary
+            .and_then(|c| c.status.as_ref())
+            .and_then(|c| c.pause_conditions.as_ref())
+            .is_some_and(|gates| {
+                gates
+                    .iter()
+                    .any(|g| g.reason == crate::api::PauseReason::CanaryAnalysisInconclusive)
+            });
+        let message = if inconclusive {
+            "the canary waits: its analysis is inconclusive (squall promote or squall abort)"
+        } else {
+            "the canary waits in a pause step"
+        };
+        ("Unknown", "CanaryPaused", message.into())
+    } else if stalled_for >= deadline {
+        (
+            "False",
+            "ProgressDeadlineExceeded",
+            format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
+        )
+    } else {
+        let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
+        deadline_in = Some(Duration::from_secs(left));
+        (
+            "True",
+            "RollingOut",
+            format!(
+                "{} of {} RoleSets updated and Ready",
+                counts.updated_ready, counts.desired
+            ),
+        )
+    };
+    let mut progressing = condition(
+        CONDITION_PROGRESSING,
+        status,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    progressing.last_update_time = Some(Time(last_progress));
+    (progressing, deadline_in)
+}
+
+/// The per-role counts summed over the RoleSets; the updated counts only from those on the
+/// update revision.
+fn role_statuses(rolesets: &[RoleSet], update_revision: &str) -> Vec<RoleStatus> {
     let mut roles: BTreeMap<String, RoleStatus> = BTreeMap::new();
     for roleset in rolesets {
-        let updated_revision = on(&roleset, &update_name);
+        let updated_revision = on_revision(roleset, update_revision);
         for role in roleset
             .status
             .as_ref()
-            .and_then(|s| s.roles.clone())
+            .and_then(|s| s.roles.as_deref())
             .unwrap_or_default()
         {
             let entry = roles
@@ -670,25 +743,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
             }
         }
     }
-    let status = StormServiceStatus {
-        observed_generation: generation,
-        replicas,
-        ready_replicas: ready,
-        not_ready_replicas: replicas - ready,
-        current_replicas: count(&|r| on(r, &current_name)),
-        updated_replicas: updated,
-        updated_ready_replicas: updated_ready,
-        current_revision: Some(current_name),
-        update_revision: Some(update_name),
-        conditions: Some(conditions),
-        collision_count: Some(i32::try_from(input.collision_count).unwrap_or(i32::MAX)),
-        scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
-        role_statuses: Some(roles.into_values().collect()),
-        canary_status: canary
-            .and_then(|c| c.status.clone())
-            .or(old.canary_status.clone()),
-    };
-    (status, deadline_in)
+    roles.into_values().collect()
 }
 
 /// Whether a RoleSet's status describes its current generation and says Ready.
