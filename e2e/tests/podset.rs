@@ -203,21 +203,31 @@ async fn a_refused_gang_pod_is_reported_by_its_podset_until_it_is_created() {
     .unwrap();
     rolesets.create(&PostParams::default(), &rs).await.unwrap();
 
-    // The quota admits one pod of the gang of two: the PodSet says why the other is missing.
-    let refused = wait_for_all(&podsets, "the PodSet's ReplicaFailure", TIMEOUT, |sets| {
-        sets.len() == 1 && replica_failure(&sets[0]).is_some()
-    })
+    // The quota admits one pod of the gang of two: the PodSet says why the other is missing,
+    // also on the passes after the admitted pod shows (the first refusal is reported by the
+    // pass that created that pod, before its cache shows it).
+    let refused = wait_for_all(
+        &podsets,
+        "the PodSet's ReplicaFailure beside its admitted pod",
+        TIMEOUT,
+        |sets| {
+            sets.len() == 1
+                && replica_failure(&sets[0]).is_some()
+                && sets[0].status.as_ref().is_some_and(|s| s.total_pods == 1)
+        },
+    )
     .await
     .unwrap();
     let (reason, message) = replica_failure(&refused[0]).unwrap();
     assert_eq!(reason, "FailedCreate");
     assert!(
-        message.contains("exceeded quota") && message.starts_with("pod "),
+        message.contains("exceeded quota") && message.starts_with("pod 1: "),
         "the refusal names the pod and the quota: {message}"
     );
-    let status = refused[0].status.as_ref().unwrap();
-    assert_eq!(status.total_pods, 1, "the admitted pod is counted");
-    assert_ne!(status.phase, Some(PodSetPhase::Ready));
+    assert_ne!(
+        refused[0].status.as_ref().unwrap().phase,
+        Some(PodSetPhase::Ready)
+    );
 
     // Room for the second pod: the retry creates it, the gang is Ready, the failure clears.
     quotas
