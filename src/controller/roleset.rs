@@ -315,8 +315,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
-    // A gang's PodGroup shows in its cache shortly (or the foreign one may go): the pods
-    // follow, so the recheck races a held-back status write.
+    // Back at the sooner of a held-back status write and a gang's PodGroup recheck (its
+    // cache shows the PodGroup shortly, or the foreign one may go; the pods follow).
     Ok(Action::requeue(
         requeue::soonest([wait, gang.recheck()]).unwrap_or(requeue::RESYNC),
     ))
