@@ -12,8 +12,8 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use squall::api::budget::Fenceposts;
 use squall::api::{RoleSetUpdateStrategy, StormServiceUpdateStrategyType};
-use squall::planner::roleset::{self, PodView, RoleInput};
-use squall::planner::stormservice::{self, RoleSetView, ServiceInput};
+use squall::planner::roleset::roles::{self, PodView, RoleInput};
+use squall::planner::stormservice::replicas::{self, RoleSetView, ServiceInput};
 
 const REPLICAS: u32 = 100;
 
@@ -95,14 +95,14 @@ fn planners(c: &mut Criterion) {
         b.iter(|| black_box(service.clone()))
     });
     group.bench_function("StormService plan, 100 RoleSets mid-rollout", |b| {
-        b.iter(|| black_box(stormservice::plan(black_box(&service))))
+        b.iter(|| black_box(replicas::plan(black_box(&service))))
     });
     group.bench_function("baseline: clone the RoleSet input", |b| {
         b.iter(|| black_box(roles.clone()))
     });
     group.bench_function("RoleSet plan, 3 roles x 100 pods mid-rollout", |b| {
         b.iter(|| {
-            black_box(roleset::plan(
+            black_box(roles::plan(
                 RoleSetUpdateStrategy::Sequential,
                 black_box(&roles),
                 &sequence,

@@ -306,11 +306,19 @@ fn sibling_imports(folder: &str) -> std::collections::BTreeMap<String, Vec<Strin
                 .iter()
                 .map(|f| production_code(f))
                 .collect();
-            modules.insert(name, (text.join("\n"), false));
+            // A folder's `mod.rs` is its module: its `super::` is this folder too.
+            let entry = path.join("mod.rs");
+            let entry = if entry.is_file() {
+                production_code(&entry)
+            } else {
+                String::new()
+            };
+            modules.insert(name, (text.join("\n"), entry));
         } else if path.extension().is_some_and(|e| e == "rs")
             && !["mod", "lib", "main"].contains(&name.as_str())
         {
-            modules.insert(name, (production_code(&path), true));
+            let code = production_code(&path);
+            modules.insert(name, (code.clone(), code));
         }
     }
     let prefix = if folder.is_empty() {
@@ -319,15 +327,16 @@ fn sibling_imports(folder: &str) -> std::collections::BTreeMap<String, Vec<Strin
         format!("crate::{}::", folder.replace('/', "::"))
     };
     let mut edges = std::collections::BTreeMap::new();
-    for (name, (code, direct)) in &modules {
-        let mut prefixes = vec![prefix.as_str()];
-        if *direct {
-            prefixes.push("super::");
-        }
-        let mut named: Vec<String> = prefixes
-            .iter()
-            .flat_map(|p| code.match_indices(p).map(move |(at, _)| at + p.len()))
-            .flat_map(|at| first_segments(&code[at..]))
+    for (name, (code, entry)) in &modules {
+        let after = |code: &'_ str, p: &str| {
+            code.match_indices(p)
+                .map(|(at, _)| at + p.len())
+                .flat_map(|at| first_segments(&code[at..]))
+                .collect::<Vec<_>>()
+        };
+        let mut named: Vec<String> = after(code, &prefix)
+            .into_iter()
+            .chain(after(entry, "super::"))
             .filter(|sibling| sibling != name && modules.contains_key(sibling))
             .collect();
         named.sort();
@@ -428,12 +437,20 @@ fn the_circle_check_sees_a_circle() {
         ["a", "c", "d"].map(String::from)
     );
     // A circle through `super::` paths, as the planner had (adoption <-> roleset_pass), is
-    // seen in the real tree's shape: every folder's scan finds its own sibling imports.
+    // seen in the real tree's shape: every folder's scan finds its own sibling imports, from
+    // a file and from a sub-folder's `mod.rs`.
+    let imports = |folder: &str, module: &str, sibling: &str| {
+        sibling_imports(folder)
+            .get(module)
+            .is_some_and(|to| to.contains(&sibling.to_owned()))
+    };
     assert!(
-        sibling_imports("planner")
-            .get("roleset_pass")
-            .is_some_and(|to| to.contains(&"adoption".to_owned())),
-        "roleset_pass's `super::adoption` import is visible to the scan"
+        imports("planner/roleset", "adoption", "children"),
+        "planner/roleset/adoption.rs's `super::children` import is visible to the scan"
+    );
+    assert!(
+        imports("planner", "roleset", "render"),
+        "planner/roleset/mod.rs's `super::render` import is visible to the scan"
     );
 }
 

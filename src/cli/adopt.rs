@@ -1,7 +1,7 @@
 //! `squall adopt --dry-run`: what taking over StormServices from AIBrix's controller would do
 //! — which RoleSets, pods and PodSets squall keeps running under its own labels and which it
 //! replaces — read from the cluster, nothing written. The prediction is the controllers' own
-//! decision (`planner::adoption`) on the same observations.
+//! decision (`planner::roleset::adoption`) on the same observations.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams};
 use crate::api::keys::{LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet, StormService, controlled_by};
-use crate::planner::adoption::{CutOverPlan, predict};
+use crate::planner::roleset::adoption::{CutOverPlan, predict};
 
 /// `squall adopt` arguments.
 #[derive(Debug, Args)]

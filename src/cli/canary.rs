@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::api::analysis::AnalysisStatus;
 use crate::api::keys::FIELD_MANAGER;
 use crate::api::{CanaryPhase, PauseReason, StormService};
-use crate::planner::canary::{Step, weight_at};
+use crate::planner::stormservice::canary::{Step, weight_at};
 
 /// Exit code when there is nothing to do.
 const NOTHING_TO_DO: u8 = 3;

@@ -21,7 +21,7 @@ use crate::api::analysis::{AnalysisMetric, QueryValues, render_query};
 use crate::api::duration::parse_duration;
 use crate::api::tenancy::{ConfiguredEndpoint, Tenancy, is_label_name};
 use crate::api::{CanaryStep, StormService};
-use crate::planner::analysis::{Due, Measured, Subject};
+use crate::planner::stormservice::canary::analysis::{Due, Measured, Subject};
 
 /// Most endpoints a configuration may name.
 pub const MAX_ENDPOINTS: usize = 16;

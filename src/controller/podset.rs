@@ -19,10 +19,10 @@ use crate::api::keys::{
     FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::pod::CachedPod;
+use crate::planner::podset::PODSET_COUNTERS;
 use crate::planner::podset::{GangPod, plan_gang, podset_status};
 use crate::planner::render::gang_pod;
 use crate::planner::requeue;
-use crate::planner::status::PODSET_COUNTERS;
 
 /// Reconciles one PodSet.
 pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {

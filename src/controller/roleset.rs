@@ -1,5 +1,5 @@
 //! The RoleSet controller: observes a RoleSet's pods and PodSets from the shared caches, asks
-//! the planner (`crate::planner::roleset_pass::decide`) for the pass — what to create, delete
+//! the planner (`crate::planner::roleset::decide`) for the pass — what to create, delete
 //! and patch in place, and what to tell the user — carries it out, and writes the status.
 //!
 //! Roles are plain pods (`podGroupSize` ≤ 1; stateless, or stateful with one pod per slot)
@@ -33,14 +33,16 @@ use crate::api::keys::{
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
-use crate::planner::children::role_children;
-use crate::planner::in_place::complete_patch;
 use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
 use crate::planner::requeue;
-use crate::planner::roleset::RoleInput;
-use crate::planner::roleset_pass::{NewChild, PassInput, Pending, RoleWrites, decide};
-use crate::planner::status::{Failure, ROLESET_COUNTERS, roleset_status, roleset_status_unwritten};
+use crate::planner::roleset::children::role_children;
+use crate::planner::roleset::in_place::complete_patch;
+use crate::planner::roleset::roles::RoleInput;
+use crate::planner::roleset::status::{
+    Failure, ROLESET_COUNTERS, roleset_status, roleset_status_unwritten,
+};
+use crate::planner::roleset::{NewChild, PassInput, Pending, RoleWrites, decide};
 
 /// Reconciles one RoleSet.
 pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -3,7 +3,7 @@
 //! headless Service from the shared caches, and carries out what the planner decides — the headless
 //! Service (`planner::render`), which revision to reuse, roll back to or write and which to delete
 //! (`planner::revision`), the pass — the canary step and the RoleSets to create, delete, move in
-//! place or re-spec (`planner::rollout::decide`) — and the status (`planner::status`).
+//! place or re-spec (`planner::stormservice::decide`) — and the status (`planner::status`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -28,21 +28,21 @@ use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::{Condition, RoleSet, StormService, controlled_by};
-use crate::planner::adoption::predict;
-use crate::planner::analysis::Measured;
-use crate::planner::canary::{CanaryDecision, Transition, Trigger};
 use crate::planner::render::{headless_service, headless_service_repair};
 use crate::planner::requeue::{self, StormServiceWaits};
 use crate::planner::revision::{
     UpdateRevision, collision_count_of, current_revision, expired_revisions, sort_history,
     update_revision,
 };
-use crate::planner::rollout::{InPlaceMove, PassInput, decide};
-use crate::planner::status::{
+use crate::planner::roleset::adoption::predict;
+use crate::planner::stormservice::canary::analysis::Measured;
+use crate::planner::stormservice::canary::{CanaryDecision, Transition, Trigger};
+use crate::planner::stormservice::replicas::PendingRoleSet;
+use crate::planner::stormservice::status::{
     STORMSERVICE_COUNTERS, ServiceStatusInput, invalid_spec_conditions, stable_revision_missing,
     stormservice_status, with_conditions,
 };
-use crate::planner::stormservice::PendingRoleSet;
+use crate::planner::stormservice::{InPlaceMove, PassInput, decide};
 
 /// Expectations of a StormService are kept under one pseudo-role.
 const ROLESETS: &str = "";
@@ -294,7 +294,7 @@ fn measure_due(
         .update_strategy
         .as_ref()
         .and_then(|s| s.canary.as_ref());
-    let due = crate::planner::canary::due(
+    let due = crate::planner::stormservice::canary::due(
         service.spec.canary_steps().unwrap_or_default(),
         canary.and_then(|c| c.analysis.as_ref()),
         service

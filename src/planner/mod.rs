@@ -1,11 +1,6 @@
 //! Pure rollout decisions: given a spec and the observed children, what to create, delete or
 //! update. No I/O, so every decision is unit- and property-tested.
 
-pub mod adoption;
-pub mod analysis;
-pub mod canary;
-pub mod children;
-pub mod in_place;
 pub mod lease;
 pub mod podgroup;
 pub mod podset;
@@ -13,8 +8,6 @@ pub mod render;
 pub mod requeue;
 pub mod revision;
 pub mod roleset;
-pub mod roleset_pass;
-pub mod rollout;
 pub mod status;
 pub mod stormservice;
 

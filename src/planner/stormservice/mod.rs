@@ -4,6 +4,10 @@
 //! RoleSets to create (rendered), delete, move in place or re-spec. The controller carries the pass
 //! out and writes the status; nothing here does I/O or reads the clock.
 
+pub mod canary;
+pub mod replicas;
+pub mod status;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -11,11 +15,8 @@ use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::canary::{CanaryDecision, CanaryInput, step, target, weight_at};
 use super::render::{shorten_keep_prefix, template_hash};
 use super::revision::{RevisionError, holds_as_read, revision_hash, template_of};
-use super::status::fresh_ready;
-use super::stormservice::{PendingRoleSet, RoleSetView, ServiceAction, ServiceInput, plan};
 use crate::api::budget::Fenceposts;
 use crate::api::keys::{
     ANNOTATION_REVISION, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
@@ -26,6 +27,9 @@ use crate::api::{
     CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, RoleRollout, RoleSet, RoleSetSpec,
     RoleSetTemplateSpec, StormService, StormServiceUpdateStrategyType,
 };
+use canary::{CanaryDecision, CanaryInput, step, target, weight_at};
+use replicas::{PendingRoleSet, RoleSetView, ServiceAction, ServiceInput, plan};
+use status::fresh_ready;
 
 /// Longest RoleSet `generateName` (the API server appends 5 characters).
 const GENERATE_NAME_LIMIT: usize = 58;
@@ -51,7 +55,7 @@ pub struct PassInput<'a> {
     /// Unix seconds.
     pub now: i64,
     /// Canary analysis measurements taken this pass ([`super::canary::due`]).
-    pub measured: &'a [super::analysis::Measured],
+    pub measured: &'a [canary::analysis::Measured],
 }
 
 /// A RoleSet to create, rendered.
@@ -722,7 +726,7 @@ mod tests {
                 ..ObjectMeta::default()
             },
             data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
-                super::super::revision::revision_data(template),
+                crate::planner::revision::revision_data(template),
             )),
             revision: 1,
         }

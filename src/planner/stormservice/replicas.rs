@@ -9,9 +9,9 @@
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
-use super::MAX_CREATES_PER_PASS;
 use crate::api::StormServiceUpdateStrategyType as Strategy;
 use crate::api::budget::Fenceposts;
+use crate::planner::MAX_CREATES_PER_PASS;
 
 /// One observed RoleSet.
 #[derive(Clone, Debug, PartialEq, Eq)]

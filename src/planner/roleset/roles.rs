@@ -10,10 +10,10 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::MAX_CREATES_PER_PASS;
 use super::in_place::PendingReason;
 use crate::api::RoleSetUpdateStrategy;
 use crate::api::budget::Fenceposts;
+use crate::planner::MAX_CREATES_PER_PASS;
 
 /// One observed pod of a role.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,14 +9,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::in_place::pending_reason;
-use super::render::{stateful_pod, stateless_pod};
-use super::roleset::PodView;
+use super::roles::PodView;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
     LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetPhase, RoleSet, RoleSpec};
+use crate::planner::render::{stateful_pod, stateless_pod};
 
 /// The children one role counts: PodSets for a multi-node role (`podGroupSize` > 1), plain
 /// pods otherwise.

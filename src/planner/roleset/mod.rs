@@ -10,6 +10,12 @@
 //! its expectations against them and reads the stable revisions they ask for), then
 //! [`decide`] plans.
 
+pub mod adoption;
+pub mod children;
+pub mod in_place;
+pub mod roles;
+pub mod status;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -20,20 +26,20 @@ use crate::api::pod::CachedPod;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::adoption::{adopt, stale_revision_labels};
-use super::children::{
-    RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
-};
-use super::in_place::{eligibility, has_readiness_gate, start_patch};
 use super::render::{
     has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
 };
 use super::revision::role_template;
-use super::roleset::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::{PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType};
+use adoption::{adopt, stale_revision_labels};
+use children::{
+    RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
+};
+use in_place::{eligibility, has_readiness_gate, start_patch};
+use roles::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 
 /// Creates and deletes of one role issued by earlier passes that the cache does not show yet.
 #[derive(Clone, Debug, Default)]
@@ -510,7 +516,7 @@ mod tests {
 
     use super::*;
     use crate::api::keys::ANNOTATION_IN_PLACE_TARGET_HASH;
-    use crate::planner::children::role_children;
+    use children::role_children;
 
     fn roleset(roles: Value) -> RoleSet {
         serde_json::from_value(json!({

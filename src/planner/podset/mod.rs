@@ -7,6 +7,9 @@ use super::status::{condition, keep_transition_times};
 use crate::api::keys::CONDITION_REPLICA_FAILURE;
 use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
 
+/// The pod counters of a PodSet's status (its `phase` is what the RoleSet decides on).
+pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
+
 /// One observed pod of a gang.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GangPod {

@@ -5,15 +5,17 @@
 //!
 //! Pure: time comes in as `now`; the controller reads, calls [`step`], and writes.
 
+pub mod analysis;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::analysis::{self, Measured, Subject};
 use crate::api::analysis::{Analysis, AnalysisPhase};
 use crate::api::bounded_status::{STATUS_MESSAGE_CHARS, bounded_text};
 use crate::api::{
     CanaryMode, CanaryPhase, CanaryStatus, CanaryStep, PauseCondition, PauseReason, StepState,
 };
+use analysis::{Measured, Subject};
 
 /// The steps the machine runs: read from the spec by
 /// [`crate::api::StormServiceSpec::effective_steps`].
@@ -202,37 +204,6 @@ pub fn due(
     due
 }
 
-/// Aborts the canary: every replica returns to the stable revision.
-fn abort(
-    mut status: CanaryStatus,
-    index: usize,
-    now: i64,
-    message: String,
-    (reason, trigger): (&'static str, Trigger),
-    mut transitions: Vec<Transition>,
-) -> CanaryDecision {
-    status.phase = Some(CanaryPhase::Aborted);
-    status.aborted_at = Some(time(now));
-    status.pause_conditions = None;
-    transitions.push(Transition {
-        reason,
-        message: format!(
-            "{message}: returning to the stable revision; trigger={}",
-            trigger.as_str()
-        ),
-        trigger,
-        step: index,
-    });
-    status.message = Some(bounded_text(message, STATUS_MESSAGE_CHARS));
-    CanaryDecision {
-        status: Some(status),
-        weight: 0,
-        aborting: true,
-        transitions,
-        requeue_after: None,
-    }
-}
-
 /// The earlier of two requeues.
 fn sooner(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
@@ -277,137 +248,258 @@ pub fn needs_stable_revision(status: &CanaryStatus) -> bool {
         )
 }
 
-/// One pass of the step machine.
+/// One pass of the step machine: its phases in the order docs/rollouts.md#state--event-table
+/// reads them — the revisions (one revision, a completed canary, edited steps or a new
+/// canary), the **Aborted** row (stays, or `abort: false` retries), the user's `abort` and
+/// `promoteFull` columns, the time under `spec.paused`, the background analysis, then the
+/// walk through the steps (a weight step's target Ready, a pause's timer or gate, an analysis
+/// step's measurements), as far as this pass allows.
 pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
-    let mut transitions = Vec::new();
-    let two_revisions = input.stable_revision != input.canary_revision;
-    let previous = input.previous.cloned();
-
-    // Is the stored canary the one for this revision and these steps?
-    let same_epoch = previous.as_ref().is_some_and(|p| {
-        p.canary_revision.as_deref() == Some(input.canary_revision)
-            && p.phase != Some(CanaryPhase::Completed)
-    });
-    if !two_revisions {
-        // Nothing to roll. A canary in flight whose template went back to stable ends as
-        // rolled back; anything else stays as it is.
-        let Some(mut status) = previous else {
-            return CanaryDecision::default();
-        };
-        let in_flight = !matches!(
-            status.phase,
-            Some(CanaryPhase::Completed | CanaryPhase::Aborted)
-        ) && status.canary_revision.as_deref() != Some(input.canary_revision);
-        if in_flight {
-            status.phase = Some(CanaryPhase::Aborted);
-            status.aborted_at = Some(time(input.now));
-            status.message = Some("rolled back: the template is the stable revision again".into());
-            status.pause_conditions = None;
-            transitions.push(Transition {
-                reason: "CanaryAborted",
-                message: "rolled back to the stable revision; trigger=user".into(),
-                trigger: Trigger::User,
-                step: status.current_step.max(0) as usize,
-            });
-        }
-        return CanaryDecision {
-            status: Some(status),
-            weight: 100,
-            transitions,
-            ..CanaryDecision::default()
-        };
+    if input.stable_revision == input.canary_revision {
+        return one_revision(input);
     }
-
-    let mut status = match previous {
-        // Completed: stays so until the revisions are promoted or a new revision comes.
-        Some(p)
-            if p.phase == Some(CanaryPhase::Completed)
-                && p.canary_revision.as_deref() == Some(input.canary_revision) =>
-        {
+    let mut pass = match Pass::open(input) {
+        Opened::Completed(status) => {
             return CanaryDecision {
-                status: Some(p),
+                status: Some(status),
                 weight: 100,
                 ..CanaryDecision::default()
             };
         }
-        Some(p) if same_epoch && p.steps_hash.as_deref() == Some(input.steps_hash) => p,
-        Some(p) if same_epoch => {
-            transitions.push(Transition {
-                reason: "CanaryRestarted",
-                message: "the steps were edited: restarting at step 0; trigger=user".into(),
-                trigger: Trigger::User,
-                step: 0,
-            });
-            start(input, p.mode)
-        }
-        _ => {
-            transitions.push(Transition {
-                reason: "CanaryStarted",
-                message: format!(
-                    "canary of revision {} over {}; trigger=user",
-                    input.canary_revision, input.stable_revision
-                ),
-                trigger: Trigger::User,
-                step: 0,
-            });
-            start(input, None)
-        }
+        Opened::Running(pass) => pass,
     };
-    let last = input.steps.len().saturating_sub(1);
-    let mut index = usize::try_from(status.current_step).unwrap_or(0).min(last);
-
-    // Aborted: back to stable until `abort` is cleared (retry from step 0).
-    if status.phase == Some(CanaryPhase::Aborted) {
-        if status.abort == Some(false) {
-            let mode = status.mode;
-            status = start(input, mode);
-            index = 0;
-            transitions.push(Transition {
-                reason: "CanaryRetried",
-                message: "retrying from step 0; trigger=user".into(),
-                trigger: Trigger::User,
-                step: 0,
-            });
-        } else {
-            return CanaryDecision {
-                status: Some(status),
-                weight: 0,
-                aborting: true,
-                transitions,
-                requeue_after: None,
-            };
-        }
+    if pass.status.phase == Some(CanaryPhase::Aborted) && !pass.retry() {
+        return pass.stay_aborted();
     }
-    if status.abort == Some(true) {
-        return abort(
+    if pass.status.abort == Some(true) {
+        let message = format!("aborted at step {}", pass.index);
+        return pass.abort(Abort {
+            message,
+            reason: "CanaryAborted",
+            trigger: Trigger::User,
+        });
+    }
+    pass.promote_full();
+    pass.count_paused_time();
+    let held = match pass.background_analysis() {
+        Ok(held) => held,
+        Err(abort) => return pass.abort(abort),
+    };
+    // `spec.paused` freezes every transition.
+    if !input.paused
+        && !held
+        && let Err(abort) = pass.walk()
+    {
+        return pass.abort(abort);
+    }
+    pass.decision()
+}
+
+/// Nothing to roll: the template is the stable revision. A canary in flight whose template
+/// went back to stable ends as rolled back; anything else stays as it is.
+fn one_revision(input: &CanaryInput<'_>) -> CanaryDecision {
+    let Some(mut status) = input.previous.cloned() else {
+        return CanaryDecision::default();
+    };
+    let mut transitions = Vec::new();
+    let in_flight = !matches!(
+        status.phase,
+        Some(CanaryPhase::Completed | CanaryPhase::Aborted)
+    ) && status.canary_revision.as_deref() != Some(input.canary_revision);
+    if in_flight {
+        status.phase = Some(CanaryPhase::Aborted);
+        status.aborted_at = Some(time(input.now));
+        status.message = Some("rolled back: the template is the stable revision again".into());
+        status.pause_conditions = None;
+        transitions.push(Transition {
+            reason: "CanaryAborted",
+            message: "rolled back to the stable revision; trigger=user".into(),
+            trigger: Trigger::User,
+            step: status.current_step.max(0) as usize,
+        });
+    }
+    CanaryDecision {
+        status: Some(status),
+        weight: 100,
+        transitions,
+        ..CanaryDecision::default()
+    }
+}
+
+/// Why a pass aborts the canary, and what woke the abort.
+struct Abort {
+    message: String,
+    reason: &'static str,
+    trigger: Trigger,
+}
+
+/// What [`Pass::open`] found stored for the two revisions.
+enum Opened<'i, 'a> {
+    /// A completed canary of this revision stays so until the revisions are promoted.
+    Completed(CanaryStatus),
+    /// The canary this pass steps.
+    Running(Pass<'i, 'a>),
+}
+
+/// What one step of the walk leaves for the next.
+enum Walked {
+    /// This pass goes no further.
+    Stop,
+    /// The step changed (or was entered): look at it again.
+    Again,
+}
+
+/// One pass over a running canary: its status as it is being stepped, the step it is at and
+/// what it reports.
+struct Pass<'i, 'a> {
+    input: &'i CanaryInput<'a>,
+    status: CanaryStatus,
+    index: usize,
+    last: usize,
+    transitions: Vec<Transition>,
+    requeue_after: Option<u64>,
+}
+
+impl<'i, 'a> Pass<'i, 'a> {
+    /// The **new revision or edited steps** column: the stored canary of this revision and
+    /// these steps goes on; edited steps restart it at step 0; anything else starts a new
+    /// one.
+    fn open(input: &'i CanaryInput<'a>) -> Opened<'i, 'a> {
+        let mut transitions = Vec::new();
+        let previous = input.previous.cloned();
+        let same_epoch = previous.as_ref().is_some_and(|p| {
+            p.canary_revision.as_deref() == Some(input.canary_revision)
+                && p.phase != Some(CanaryPhase::Completed)
+        });
+        let status = match previous {
+            Some(p)
+                if p.phase == Some(CanaryPhase::Completed)
+                    && p.canary_revision.as_deref() == Some(input.canary_revision) =>
+            {
+                return Opened::Completed(p);
+            }
+            Some(p) if same_epoch && p.steps_hash.as_deref() == Some(input.steps_hash) => p,
+            Some(p) if same_epoch => {
+                transitions.push(Transition {
+                    reason: "CanaryRestarted",
+                    message: "the steps were edited: restarting at step 0; trigger=user".into(),
+                    trigger: Trigger::User,
+                    step: 0,
+                });
+                start(input, p.mode)
+            }
+            _ => {
+                transitions.push(Transition {
+                    reason: "CanaryStarted",
+                    message: format!(
+                        "canary of revision {} over {}; trigger=user",
+                        input.canary_revision, input.stable_revision
+                    ),
+                    trigger: Trigger::User,
+                    step: 0,
+                });
+                start(input, None)
+            }
+        };
+        let last = input.steps.len().saturating_sub(1);
+        let index = usize::try_from(status.current_step).unwrap_or(0).min(last);
+        Opened::Running(Pass {
+            input,
             status,
             index,
-            input.now,
-            format!("aborted at step {index}"),
-            ("CanaryAborted", Trigger::User),
+            last,
             transitions,
-        );
+            requeue_after: None,
+        })
     }
-    if status.promote_full == Some(true) && index != last {
-        index = last;
-        status.current_step = last as i32;
-        status.step_state = Some(StepState::Upgrading);
-        status.step_start_time = Some(time(input.now));
-        status.pause_conditions = None;
-        status.phase = Some(CanaryPhase::Progressing);
-        transitions.push(Transition {
+
+    /// The **Aborted** row's `abort: false` (`squall retry`): a new canary from step 0.
+    /// False while the abort stands.
+    fn retry(&mut self) -> bool {
+        if self.status.abort != Some(false) {
+            return false;
+        }
+        self.status = start(self.input, self.status.mode);
+        self.index = 0;
+        self.transitions.push(Transition {
+            reason: "CanaryRetried",
+            message: "retrying from step 0; trigger=user".into(),
+            trigger: Trigger::User,
+            step: 0,
+        });
+        true
+    }
+
+    /// An aborted canary stays aborted: back to stable until `abort` is cleared.
+    fn stay_aborted(self) -> CanaryDecision {
+        CanaryDecision {
+            status: Some(self.status),
+            weight: 0,
+            aborting: true,
+            transitions: self.transitions,
+            requeue_after: None,
+        }
+    }
+
+    /// Aborts the canary: every replica returns to the stable revision.
+    fn abort(mut self, abort: Abort) -> CanaryDecision {
+        let Abort {
+            message,
+            reason,
+            trigger,
+        } = abort;
+        self.status.phase = Some(CanaryPhase::Aborted);
+        self.status.aborted_at = Some(time(self.input.now));
+        self.status.pause_conditions = None;
+        self.transitions.push(Transition {
+            reason,
+            message: format!(
+                "{message}: returning to the stable revision; trigger={}",
+                trigger.as_str()
+            ),
+            trigger,
+            step: self.index,
+        });
+        self.status.message = Some(bounded_text(message, STATUS_MESSAGE_CHARS));
+        CanaryDecision {
+            status: Some(self.status),
+            weight: 0,
+            aborting: true,
+            transitions: self.transitions,
+            requeue_after: None,
+        }
+    }
+
+    /// The **`promoteFull`** column: to the last step (weight 100), the rest skipped.
+    fn promote_full(&mut self) {
+        if self.status.promote_full != Some(true) || self.index == self.last {
+            return;
+        }
+        self.index = self.last;
+        self.status.current_step = self.last as i32;
+        self.status.step_state = Some(StepState::Upgrading);
+        self.status.step_start_time = Some(time(self.input.now));
+        self.status.pause_conditions = None;
+        self.status.phase = Some(CanaryPhase::Progressing);
+        self.transitions.push(Transition {
             reason: "CanaryPromotedFull",
             message: "promoted to 100%: remaining steps skipped; trigger=user".into(),
             trigger: Trigger::User,
-            step: index,
+            step: self.index,
         });
     }
 
-    // Paused time inside a timed pause is accumulated when the service resumes.
-    if !input.paused
-        && let Some(since) = input.paused_since
-        && status.step_state == Some(StepState::StepPaused)
-    {
+    /// The **`spec.paused` off** cell of a timed pause: the time paused inside it is added
+    /// to `pausedSeconds` when the service resumes, so the clock stopped while paused.
+    fn count_paused_time(&mut self) {
+        let input = self.input;
+        let status = &mut self.status;
+        if input.paused || status.step_state != Some(StepState::StepPaused) {
+            return;
+        }
+        let Some(since) = input.paused_since else {
+            return;
+        };
         let entered = status.step_start_time.as_ref().map_or(since, seconds);
         // Both ends are whole seconds: one more is counted so the pause never comes up short
         // of its duration plus the time actually paused.
@@ -424,34 +516,33 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
         );
     }
 
-    let mut requeue_after = None;
-    // The background analysis runs from the first step until the canary completes: a
-    // failure aborts wherever the canary is; an inconclusive result holds it behind a gate
-    // until promoted. `spec.paused` freezes it with everything else.
-    let mut held = false;
-    if let Some(spec) = input.background
-        && !input.paused
-    {
-        let gated = has_gate(&status, PauseReason::CanaryAnalysisInconclusive);
-        let state = status
+    /// The background analysis runs from the first step until the canary completes: a
+    /// failure aborts wherever the canary is; an inconclusive result holds it behind a gate
+    /// until promoted (`Ok(true)`: held). `spec.paused` freezes it with everything else.
+    fn background_analysis(&mut self) -> Result<bool, Abort> {
+        let input = self.input;
+        let index = self.index;
+        let Some(spec) = input.background.filter(|_| !input.paused) else {
+            return Ok(false);
+        };
+        let gated = has_gate(&self.status, PauseReason::CanaryAnalysisInconclusive);
+        let state = self
+            .status
             .background_analysis
             .get_or_insert_with(|| analysis::start(spec, Subject::Background, input.now));
         let before = state.phase;
         analysis::record_all(spec, Subject::Background, state, input.measured, input.now);
+        let mut held = false;
         match state.phase {
             AnalysisPhase::Failed => {
-                let message = format!(
-                    "background analysis failed at step {index}: {}",
-                    state.message.as_deref().unwrap_or_default()
-                );
-                return abort(
-                    status,
-                    index,
-                    input.now,
-                    message,
-                    ("CanaryAnalysisFailed", Trigger::Analysis),
-                    transitions,
-                );
+                return Err(Abort {
+                    message: format!(
+                        "background analysis failed at step {index}: {}",
+                        state.message.as_deref().unwrap_or_default()
+                    ),
+                    reason: "CanaryAnalysisFailed",
+                    trigger: Trigger::Analysis,
+                });
             }
             AnalysisPhase::Inconclusive if before != AnalysisPhase::Inconclusive => {
                 let message = format!(
@@ -459,12 +550,12 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
                     state.message.as_deref().unwrap_or_default()
                 );
                 open_gate(
-                    &mut status,
+                    &mut self.status,
                     PauseReason::CanaryAnalysisInconclusive,
                     input.now,
                 );
-                status.phase = Some(CanaryPhase::Paused);
-                transitions.push(Transition {
+                self.status.phase = Some(CanaryPhase::Paused);
+                self.transitions.push(Transition {
                     reason: "CanaryAnalysisInconclusive",
                     message,
                     trigger: Trigger::Analysis,
@@ -476,7 +567,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
             AnalysisPhase::Inconclusive => {
                 // Promoted past the inconclusive result: the analysis runs on.
                 analysis::resume(state);
-                transitions.push(Transition {
+                self.transitions.push(Transition {
                     reason: "CanaryResumed",
                     message: format!(
                         "background analysis resumed at step {index} (promoted); trigger=user"
@@ -487,275 +578,272 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
             }
             AnalysisPhase::Running | AnalysisPhase::Successful => {}
         }
-        let state = status.background_analysis.as_ref().expect("set above");
-        requeue_after = analysis::next_due_in(spec, state, input.now);
+        let state = self.status.background_analysis.as_ref().expect("set above");
+        self.requeue_after = analysis::next_due_in(spec, state, input.now);
+        Ok(held)
     }
 
-    // Walk as far as this pass allows (a Ready target can open the next step at once).
-    // `spec.paused` freezes every transition.
-    if !input.paused && !held {
+    /// Walks as far as this pass allows: a Ready target can open the next step at once.
+    fn walk(&mut self) -> Result<(), Abort> {
         loop {
-            match input.steps[index] {
-                Step::Analysis => {
-                    let Some(spec) = step_analysis(input, index) else {
-                        break; // the steps and the spec disagree: never built so
-                    };
-                    let entered = status
-                        .analysis
-                        .as_ref()
-                        .is_some_and(|a| a.step == Some(index as i32))
-                        && status.step_state == Some(StepState::Analyzing);
-                    if !entered {
-                        enter(&mut status, input, index, Trigger::Watch, &mut transitions);
-                        continue;
-                    }
-                    let gated = has_gate(&status, PauseReason::CanaryAnalysisInconclusive);
-                    let state = status.analysis.as_mut().expect("entered");
-                    let before = state.phase;
-                    analysis::record_all(
-                        spec,
-                        Subject::Step(index),
-                        state,
-                        input.measured,
-                        input.now,
-                    );
-                    let message = state.message.clone().unwrap_or_default();
-                    match state.phase {
-                        AnalysisPhase::Running => {
-                            requeue_after = sooner(
-                                requeue_after,
-                                analysis::next_due_in(spec, state, input.now),
-                            );
-                            break;
-                        }
-                        AnalysisPhase::Failed => {
-                            return abort(
-                                status,
-                                index,
-                                input.now,
-                                format!("analysis failed at step {index}: {message}"),
-                                ("CanaryAnalysisFailed", Trigger::Analysis),
-                                transitions,
-                            );
-                        }
-                        AnalysisPhase::Inconclusive if before != AnalysisPhase::Inconclusive => {
-                            open_gate(
-                                &mut status,
-                                PauseReason::CanaryAnalysisInconclusive,
-                                input.now,
-                            );
-                            status.phase = Some(CanaryPhase::Paused);
-                            transitions.push(Transition {
-                                reason: "CanaryAnalysisInconclusive",
-                                message: format!(
-                                    "analysis inconclusive at step {index}: {message}; waiting for promote or abort; trigger=analysis"
-                                ),
-                                trigger: Trigger::Analysis,
-                                step: index,
-                            });
-                            break;
-                        }
-                        AnalysisPhase::Inconclusive if gated => break,
-                        AnalysisPhase::Inconclusive | AnalysisPhase::Successful => {
-                            let trigger = if state.phase == AnalysisPhase::Successful {
-                                Trigger::Analysis
-                            } else {
-                                Trigger::User // promoted past the inconclusive result
-                            };
-                            status.pause_conditions = None;
-                            transitions.push(Transition {
-                                reason: "CanaryAnalysisPassed",
-                                message: format!(
-                                    "analysis at step {index} {}; trigger={}",
-                                    if trigger == Trigger::User {
-                                        "promoted past an inconclusive result"
-                                    } else {
-                                        "succeeded"
-                                    },
-                                    trigger.as_str()
-                                ),
-                                trigger,
-                                step: index,
-                            });
-                            if index == last {
-                                break;
-                            }
-                            index += 1;
-                            enter(&mut status, input, index, trigger, &mut transitions);
-                            if matches!(input.steps[index], Step::Weight(_)) {
-                                break;
-                            }
-                        }
-                    }
-                }
-                Step::Weight(weight) => {
-                    // No gate is open during a weight step.
-                    status.pause_conditions = None;
-                    if status.step_state != Some(StepState::Upgrading) {
-                        status.step_state = Some(StepState::Upgrading);
-                        status.step_start_time = Some(time(input.now));
-                    }
-                    status.phase = Some(CanaryPhase::Progressing);
-                    if !input.target_ready {
-                        break;
-                    }
-                    if index == last {
-                        // The background analysis ends with the canary.
-                        requeue_after = None;
-                        status.step_state = Some(StepState::StepReady);
-                        status.phase = Some(CanaryPhase::Completed);
-                        transitions.push(Transition {
-                            reason: "CanaryCompleted",
-                            message: format!(
-                                "weight {weight}% reached: every replica runs {}; trigger=watch",
-                                input.canary_revision
-                            ),
-                            trigger: Trigger::Watch,
-                            step: index,
-                        });
-                        break;
-                    }
-                    index += 1;
-                    enter(&mut status, input, index, Trigger::Watch, &mut transitions);
-                    if matches!(input.steps[index], Step::Weight(_)) {
-                        // What was observed is the previous weight's target.
-                        break;
-                    }
-                }
-                Step::Pause(duration) => {
-                    if status.step_state != Some(StepState::StepPaused) {
-                        enter(&mut status, input, index, Trigger::Watch, &mut transitions);
-                        continue;
-                    }
-                    let promoted = !has_gate(&status, PauseReason::CanaryPauseStep);
-                    let mut wait = None;
-                    let expired = duration.is_some_and(|d| {
-                        let started = status.step_start_time.as_ref().map_or(input.now, seconds);
-                        let waited = input
-                            .now
-                            .saturating_sub(started)
-                            .saturating_sub(status.paused_seconds.unwrap_or(0));
-                        // `stepStartTime` is stored in whole seconds, so the step began up to
-                        // a second after it: only a wait past `d` whole seconds is sure to
-                        // have lasted `d` (a zero pause does not wait).
-                        let needed = if d == 0 { 0 } else { d as i64 + 1 };
-                        if waited >= needed {
-                            true
-                        } else {
-                            wait = Some((needed - waited).max(1) as u64);
-                            false
-                        }
-                    });
-                    if !(promoted || expired && input.target_ready) {
-                        requeue_after = sooner(requeue_after, wait);
-                        break;
-                    }
-                    let trigger = if promoted {
-                        Trigger::User
-                    } else {
-                        Trigger::Timer
-                    };
-                    status.pause_conditions = None;
-                    transitions.push(Transition {
-                        reason: "CanaryResumed",
-                        message: format!(
-                            "pause at step {index} ended ({}); trigger={}",
-                            if promoted {
-                                "promoted"
-                            } else {
-                                "duration elapsed"
-                            },
-                            trigger.as_str()
-                        ),
-                        trigger,
-                        step: index,
-                    });
-                    if index == last {
-                        break;
-                    }
-                    index += 1;
-                    enter(&mut status, input, index, trigger, &mut transitions);
-                    if matches!(input.steps[index], Step::Weight(_)) {
-                        break;
-                    }
-                }
+            let walked = match self.input.steps[self.index] {
+                Step::Weight(weight) => self.weight_step(weight),
+                Step::Pause(duration) => self.pause_step(duration),
+                Step::Analysis => self.analysis_step()?,
+            };
+            if let Walked::Stop = walked {
+                return Ok(());
             }
         }
     }
-    let weight = weight_at(input.steps, index);
-    CanaryDecision {
-        status: Some(status),
-        weight,
-        aborting: false,
-        transitions,
-        requeue_after,
+
+    /// The **Upgrading** row: the step is done once its target is updated and Ready; the
+    /// last one completes the canary.
+    fn weight_step(&mut self, weight: u32) -> Walked {
+        let status = &mut self.status;
+        // No gate is open during a weight step.
+        status.pause_conditions = None;
+        if status.step_state != Some(StepState::Upgrading) {
+            status.step_state = Some(StepState::Upgrading);
+            status.step_start_time = Some(time(self.input.now));
+        }
+        status.phase = Some(CanaryPhase::Progressing);
+        if !self.input.target_ready {
+            return Walked::Stop;
+        }
+        if self.index == self.last {
+            // The background analysis ends with the canary.
+            self.requeue_after = None;
+            status.step_state = Some(StepState::StepReady);
+            status.phase = Some(CanaryPhase::Completed);
+            self.transitions.push(Transition {
+                reason: "CanaryCompleted",
+                message: format!(
+                    "weight {weight}% reached: every replica runs {}; trigger=watch",
+                    self.input.canary_revision
+                ),
+                trigger: Trigger::Watch,
+                step: self.index,
+            });
+            return Walked::Stop;
+        }
+        self.next_step(Trigger::Watch)
+    }
+
+    /// The **StepPaused** rows: a timed pause ends when its time is over (once the previous
+    /// weight is Ready), either kind when its gate is opened (`squall promote`).
+    fn pause_step(&mut self, duration: Option<u64>) -> Walked {
+        if self.status.step_state != Some(StepState::StepPaused) {
+            self.enter(Trigger::Watch);
+            return Walked::Again;
+        }
+        let input = self.input;
+        let promoted = !has_gate(&self.status, PauseReason::CanaryPauseStep);
+        let (expired, wait) = match duration {
+            Some(d) => pause_over(&self.status, d, input.now),
+            None => (false, None),
+        };
+        if !(promoted || expired && input.target_ready) {
+            self.requeue_after = sooner(self.requeue_after, wait);
+            return Walked::Stop;
+        }
+        let trigger = if promoted {
+            Trigger::User
+        } else {
+            Trigger::Timer
+        };
+        self.status.pause_conditions = None;
+        self.transitions.push(Transition {
+            reason: "CanaryResumed",
+            message: format!(
+                "pause at step {} ended ({}); trigger={}",
+                self.index,
+                if promoted {
+                    "promoted"
+                } else {
+                    "duration elapsed"
+                },
+                trigger.as_str()
+            ),
+            trigger,
+            step: self.index,
+        });
+        self.next_step(trigger)
+    }
+
+    /// An analysis step (docs/rollouts.md#outcomes): measures while running, aborts on a
+    /// failure, waits behind a gate while inconclusive, and goes on when it succeeds or is
+    /// promoted past an inconclusive result.
+    fn analysis_step(&mut self) -> Result<Walked, Abort> {
+        let input = self.input;
+        let index = self.index;
+        let Some(spec) = step_analysis(input, index) else {
+            return Ok(Walked::Stop); // the steps and the spec disagree: never built so
+        };
+        let entered = self
+            .status
+            .analysis
+            .as_ref()
+            .is_some_and(|a| a.step == Some(index as i32))
+            && self.status.step_state == Some(StepState::Analyzing);
+        if !entered {
+            self.enter(Trigger::Watch);
+            return Ok(Walked::Again);
+        }
+        let gated = has_gate(&self.status, PauseReason::CanaryAnalysisInconclusive);
+        let state = self.status.analysis.as_mut().expect("entered");
+        let before = state.phase;
+        analysis::record_all(spec, Subject::Step(index), state, input.measured, input.now);
+        let message = state.message.clone().unwrap_or_default();
+        let trigger = match state.phase {
+            AnalysisPhase::Running => {
+                self.requeue_after = sooner(
+                    self.requeue_after,
+                    analysis::next_due_in(spec, state, input.now),
+                );
+                return Ok(Walked::Stop);
+            }
+            AnalysisPhase::Failed => {
+                return Err(Abort {
+                    message: format!("analysis failed at step {index}: {message}"),
+                    reason: "CanaryAnalysisFailed",
+                    trigger: Trigger::Analysis,
+                });
+            }
+            AnalysisPhase::Inconclusive if before != AnalysisPhase::Inconclusive => {
+                open_gate(
+                    &mut self.status,
+                    PauseReason::CanaryAnalysisInconclusive,
+                    input.now,
+                );
+                self.status.phase = Some(CanaryPhase::Paused);
+                self.transitions.push(Transition {
+                    reason: "CanaryAnalysisInconclusive",
+                    message: format!(
+                        "analysis inconclusive at step {index}: {message}; waiting for promote or abort; trigger=analysis"
+                    ),
+                    trigger: Trigger::Analysis,
+                    step: index,
+                });
+                return Ok(Walked::Stop);
+            }
+            AnalysisPhase::Inconclusive if gated => return Ok(Walked::Stop),
+            AnalysisPhase::Successful => Trigger::Analysis,
+            // Promoted past the inconclusive result.
+            AnalysisPhase::Inconclusive => Trigger::User,
+        };
+        self.status.pause_conditions = None;
+        self.transitions.push(Transition {
+            reason: "CanaryAnalysisPassed",
+            message: format!(
+                "analysis at step {index} {}; trigger={}",
+                if trigger == Trigger::User {
+                    "promoted past an inconclusive result"
+                } else {
+                    "succeeded"
+                },
+                trigger.as_str()
+            ),
+            trigger,
+            step: index,
+        });
+        Ok(self.next_step(trigger))
+    }
+
+    /// On to the next step, entered by `trigger`. A weight step stops the walk: what was
+    /// observed is the previous weight's target.
+    fn next_step(&mut self, trigger: Trigger) -> Walked {
+        if self.index == self.last {
+            return Walked::Stop;
+        }
+        self.index += 1;
+        self.enter(trigger);
+        if matches!(self.input.steps[self.index], Step::Weight(_)) {
+            Walked::Stop
+        } else {
+            Walked::Again
+        }
+    }
+
+    /// Enters the current step: a pause records its gate; a weight starts upgrading.
+    fn enter(&mut self, trigger: Trigger) {
+        let (input, index, status) = (self.input, self.index, &mut self.status);
+        status.current_step = index as i32;
+        status.step_start_time = Some(time(input.now));
+        status.paused_seconds = Some(0);
+        let message = match input.steps[index] {
+            Step::Pause(duration) => {
+                status.step_state = Some(StepState::StepPaused);
+                status.phase = Some(CanaryPhase::Paused);
+                status.pause_conditions = Some(vec![PauseCondition {
+                    reason: PauseReason::CanaryPauseStep,
+                    start_time: time(input.now),
+                }]);
+                match duration {
+                    Some(d) => format!("step {index}: pausing for {d}s"),
+                    None => format!("step {index}: waiting for promote"),
+                }
+            }
+            Step::Analysis => {
+                status.step_state = Some(StepState::Analyzing);
+                status.phase = Some(CanaryPhase::Progressing);
+                if let Some(spec) = step_analysis(input, index) {
+                    status.analysis = Some(analysis::start(spec, Subject::Step(index), input.now));
+                }
+                format!("step {index}: analysing the canary")
+            }
+            Step::Weight(weight) => {
+                status.step_state = Some(StepState::Upgrading);
+                status.phase = Some(CanaryPhase::Progressing);
+                format!("step {index}: moving {weight}% to the canary revision")
+            }
+        };
+        let reason = match input.steps[index] {
+            Step::Pause(_) => "CanaryPaused",
+            Step::Analysis => "CanaryAnalysisStarted",
+            Step::Weight(_) => "CanaryStepStarted",
+        };
+        self.transitions.push(Transition {
+            reason,
+            message: format!("{message}; trigger={}", trigger.as_str()),
+            trigger,
+            step: index,
+        });
+    }
+
+    /// The weight in force where the walk stopped, and what the pass reports.
+    fn decision(self) -> CanaryDecision {
+        CanaryDecision {
+            weight: weight_at(self.input.steps, self.index),
+            status: Some(self.status),
+            aborting: false,
+            transitions: self.transitions,
+            requeue_after: self.requeue_after,
+        }
     }
 }
 
-/// Enters step `index`: a pause records its gate; a weight starts upgrading.
-fn enter(
-    status: &mut CanaryStatus,
-    input: &CanaryInput<'_>,
-    index: usize,
-    trigger: Trigger,
-    transitions: &mut Vec<Transition>,
-) {
-    status.current_step = index as i32;
-    status.step_start_time = Some(time(input.now));
-    status.paused_seconds = Some(0);
-    match input.steps[index] {
-        Step::Pause(duration) => {
-            status.step_state = Some(StepState::StepPaused);
-            status.phase = Some(CanaryPhase::Paused);
-            status.pause_conditions = Some(vec![PauseCondition {
-                reason: PauseReason::CanaryPauseStep,
-                start_time: time(input.now),
-            }]);
-            transitions.push(Transition {
-                reason: "CanaryPaused",
-                message: match duration {
-                    Some(d) => format!(
-                        "step {index}: pausing for {d}s; trigger={}",
-                        trigger.as_str()
-                    ),
-                    None => format!(
-                        "step {index}: waiting for promote; trigger={}",
-                        trigger.as_str()
-                    ),
-                },
-                trigger,
-                step: index,
-            });
-        }
-        Step::Analysis => {
-            status.step_state = Some(StepState::Analyzing);
-            status.phase = Some(CanaryPhase::Progressing);
-            if let Some(spec) = step_analysis(input, index) {
-                status.analysis = Some(analysis::start(spec, Subject::Step(index), input.now));
-            }
-            transitions.push(Transition {
-                reason: "CanaryAnalysisStarted",
-                message: format!(
-                    "step {index}: analysing the canary; trigger={}",
-                    trigger.as_str()
-                ),
-                trigger,
-                step: index,
-            });
-        }
-        Step::Weight(weight) => {
-            status.step_state = Some(StepState::Upgrading);
-            status.phase = Some(CanaryPhase::Progressing);
-            transitions.push(Transition {
-                reason: "CanaryStepStarted",
-                message: format!(
-                    "step {index}: moving {weight}% to the canary revision; trigger={}",
-                    trigger.as_str()
-                ),
-                trigger,
-                step: index,
-            });
-        }
+/// Whether a timed pause of `duration` seconds is over at `now` (the time under
+/// `spec.paused` not counted), and if not, how long is left.
+fn pause_over(status: &CanaryStatus, duration: u64, now: i64) -> (bool, Option<u64>) {
+    let started = status.step_start_time.as_ref().map_or(now, seconds);
+    let waited = now
+        .saturating_sub(started)
+        .saturating_sub(status.paused_seconds.unwrap_or(0));
+    // `stepStartTime` is stored in whole seconds, so the step began up to a second after
+    // it: only a wait past `duration` whole seconds is sure to have lasted it (a zero pause
+    // does not wait).
+    let needed = if duration == 0 {
+        0
+    } else {
+        i64::try_from(duration)
+            .unwrap_or(i64::MAX)
+            .saturating_add(1)
+    };
+    if waited >= needed {
+        (true, None)
+    } else {
+        (false, Some((needed - waited).max(1) as u64))
     }
 }
 
@@ -1191,7 +1279,7 @@ mod tests {
         use crate::api::analysis::{
             AnalysisMetric, MeasurementPhase, MetricProvider, PrometheusMetric,
         };
-        use crate::planner::analysis::Due;
+        use analysis::Due;
         use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
         /// 50% → analysis (error rate, 2 measurements 10 s apart) → 100%.

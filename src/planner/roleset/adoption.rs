@@ -12,8 +12,6 @@ use kube::ResourceExt;
 
 use super::children::{RoleChildren, desired_pod, of_role, role_children};
 use super::in_place::adoptable;
-use super::render::{podset_for_slot, role_revision_labels, template_hash};
-use super::revision::{UpdateRevision, sort_history, update_revision};
 use crate::api::keys::{
     LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
@@ -22,6 +20,8 @@ use crate::api::{
     PodSet, RoleSet, RoleSetTemplateSpec, RoleSpec, StormService, StormServiceUpdateStrategyType,
     controlled_by,
 };
+use crate::planner::render::{podset_for_slot, role_revision_labels, template_hash};
+use crate::planner::revision::{UpdateRevision, sort_history, update_revision};
 
 /// The children of a role labelled with another template hash that already are what the
 /// role would create now ([`adoptable`]): pods, or the PodSets of a multi-node role. Their

@@ -1,0 +1,384 @@
+//! A RoleSet's status: per-role pod counts and `Ready` / `ReplicaFailure`, derived from
+//! the pass's role inputs at `now`.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::roles::{PodView, RoleInput};
+use crate::api::keys::{CONDITION_READY, CONDITION_REPLICA_FAILURE};
+use crate::api::{RoleSetStatus, RoleStatus};
+
+use crate::planner::status::{condition, keep_transition_times};
+
+/// The pod counters of a RoleSet's status (`roles`): they move with every pod.
+pub const ROLESET_COUNTERS: &[&str] = &["roles"];
+
+/// The replica counts of one role, from its observed children: its active pods as the
+/// role's decisions count them (a pod this controller is deleting is no longer one).
+pub fn role_status(input: &RoleInput) -> RoleStatus {
+    let active = input.counts().active;
+    let count = |f: &dyn Fn(&PodView) -> bool| active.iter().filter(|p| f(p)).count() as i32;
+    let replicas = active.len() as i32;
+    let ready = count(&|p| p.ready);
+    RoleStatus {
+        name: input.name.clone(),
+        replicas,
+        ready_replicas: ready,
+        not_ready_replicas: replicas - ready,
+        updated_replicas: count(&|p| p.hash == input.target_hash),
+        updated_ready_replicas: count(&|p| p.hash == input.target_hash && p.ready),
+    }
+}
+
+/// Why a RoleSet's pass could not do all it should (reason, message).
+pub type Failure = (&'static str, String);
+
+/// What a RoleSet without a status means to every reader (the StormService controller, a
+/// `kubectl wait`): nothing Ready yet. A first status that says no more than that may wait
+/// like a count — a RoleSet whose pods turn Ready within [`COALESCE_MAX`] gets one status
+/// write, not two.
+pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -> RoleSetStatus {
+    let names: Vec<&str> = inputs.iter().map(|input| input.name.as_str()).collect();
+    RoleSetStatus {
+        observed_generation: generation,
+        roles: Some(
+            inputs
+                .iter()
+                .map(|input| RoleStatus {
+                    name: input.name.clone(),
+                    ..RoleStatus::default()
+                })
+                .collect(),
+        ),
+        conditions: Some(vec![condition(
+            CONDITION_READY,
+            "False",
+            "RolesNotReady",
+            format!("roles not ready: {}", names.join(", ")),
+            generation,
+            Timestamp::UNIX_EPOCH,
+        )]),
+    }
+}
+
+/// The status of a RoleSet at `generation`: per-role counts, `Ready` (and `ReplicaFailure`
+/// when `failure`), with transition times carried over from `stored` when unchanged.
+pub fn roleset_status(
+    generation: Option<i64>,
+    inputs: &[RoleInput],
+    failure: Option<Failure>,
+    stored: Option<&RoleSetStatus>,
+    now: Timestamp,
+) -> RoleSetStatus {
+    let not_ready: Vec<&str> = inputs
+        .iter()
+        .filter(|input| !input.all_ready())
+        .map(|input| input.name.as_str())
+        .collect();
+    let ready = match &failure {
+        None if not_ready.is_empty() => condition(
+            CONDITION_READY,
+            "True",
+            "RoleSetReady",
+            "every role is updated (up to its partition) and ready".into(),
+            generation,
+            now,
+        ),
+        None => condition(
+            CONDITION_READY,
+            "False",
+            "RolesNotReady",
+            format!("roles not ready: {}", not_ready.join(", ")),
+            generation,
+            now,
+        ),
+        Some((_, message)) => condition(
+            CONDITION_READY,
+            "False",
+            "ReplicaFailure",
+            message.clone(),
+            generation,
+            now,
+        ),
+    };
+    let mut conditions = vec![ready];
+    if let Some((reason, message)) = failure {
+        conditions.push(condition(
+            CONDITION_REPLICA_FAILURE,
+            "True",
+            reason,
+            message,
+            generation,
+            now,
+        ));
+    }
+    keep_transition_times(
+        &mut conditions,
+        stored
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default(),
+    );
+    RoleSetStatus {
+        observed_generation: generation,
+        roles: Some(inputs.iter().map(role_status).collect()),
+        conditions: Some(conditions),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::status::only_informational_differ;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use proptest::prelude::*;
+
+    fn pod(hash: &str, ready: bool, terminating: bool) -> PodView {
+        PodView {
+            name: format!("p-{hash}-{ready}-{terminating}"),
+            hash: hash.into(),
+            running: true,
+            terminating,
+            ready,
+            created: 0,
+            slot: None,
+            in_place_target: None,
+            in_place_pending: None,
+        }
+    }
+
+    fn role(name: &str, desired: u32, pods: Vec<PodView>) -> RoleInput {
+        RoleInput {
+            name: name.into(),
+            desired,
+            target_hash: "new".into(),
+            pods,
+            ..RoleInput::default()
+        }
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    #[test]
+    fn a_role_counts_its_pods_as_its_decisions_do() {
+        let mut input = role(
+            "r",
+            3,
+            vec![
+                pod("new", true, false),
+                pod("old", true, false),
+                pod("old", false, true),
+            ],
+        );
+        // A pod this controller is deleting is gone for the decisions, and for the status.
+        input.pending_deletes.insert(input.pods[1].name.clone());
+        let status = role_status(&input);
+        assert_eq!(
+            (
+                status.replicas,
+                status.ready_replicas,
+                status.updated_replicas
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(status.replicas as usize, input.counts().active.len());
+    }
+
+    #[test]
+    fn counts_leave_out_terminating_pods_and_ready_names_the_roles_not_ready() {
+        let inputs = [
+            role(
+                "decode",
+                2,
+                vec![
+                    pod("new", true, false),
+                    pod("old", true, false),
+                    pod("new", false, true),
+                ],
+            ),
+            role("prefill", 1, vec![pod("new", true, false)]),
+        ];
+        let status = roleset_status(Some(3), &inputs, None, None, at(0));
+        let roles = status.roles.unwrap();
+        assert_eq!(
+            (
+                roles[0].replicas,
+                roles[0].ready_replicas,
+                roles[0].updated_replicas
+            ),
+            (2, 2, 1)
+        );
+        assert_eq!(roles[1].updated_ready_replicas, 1);
+        let ready = &status.conditions.unwrap()[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("RolesNotReady"))
+        );
+        assert_eq!(ready.message.as_deref(), Some("roles not ready: decode"));
+        assert_eq!(ready.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn a_failure_is_its_own_condition_and_makes_ready_false() {
+        let inputs = [role("decode", 1, vec![pod("new", true, false)])];
+        let failure = Some(("FailedCreate", "quota".to_string()));
+        let conditions = roleset_status(Some(1), &inputs, failure, None, at(0))
+            .conditions
+            .unwrap();
+        assert_eq!(conditions[0].reason.as_deref(), Some("ReplicaFailure"));
+        assert_eq!(conditions[1].type_, "ReplicaFailure");
+        assert_eq!(conditions[1].reason.as_deref(), Some("FailedCreate"));
+    }
+
+    #[test]
+    fn a_change_of_pod_counts_alone_may_wait_but_a_condition_change_may_not() {
+        let pods = |ready| vec![pod("new", ready, false), pod("new", true, false)];
+        let before = roleset_status(
+            Some(1),
+            &[role("decode", 3, pods(false))],
+            None,
+            None,
+            at(0),
+        );
+        let counted = roleset_status(
+            Some(1),
+            &[role("decode", 3, pods(true))],
+            None,
+            Some(&before),
+            at(1),
+        );
+        assert_ne!(before, counted);
+        assert!(only_informational_differ(
+            &before,
+            &counted,
+            ROLESET_COUNTERS
+        ));
+        let all_ready = vec![pod("new", true, false); 3];
+        let ready = roleset_status(
+            Some(1),
+            &[role("decode", 3, all_ready)],
+            None,
+            Some(&before),
+            at(1),
+        );
+        assert!(
+            !only_informational_differ(&before, &ready, ROLESET_COUNTERS),
+            "Ready turned True"
+        );
+        let next = roleset_status(
+            Some(2),
+            &[role("decode", 3, pods(false))],
+            None,
+            Some(&before),
+            at(1),
+        );
+        assert!(
+            !only_informational_differ(&before, &next, ROLESET_COUNTERS),
+            "a new generation"
+        );
+    }
+
+    #[test]
+    fn a_first_roleset_status_waits_only_while_it_says_nothing_is_ready() {
+        let inputs = |ready| {
+            vec![
+                role("prefill", 1, vec![pod("new", ready, false)]),
+                role("decode", 1, vec![pod("new", ready, false)]),
+            ]
+        };
+        let unwritten = roleset_status_unwritten(Some(1), &inputs(false));
+        let starting = roleset_status(Some(1), &inputs(false), None, None, at(5));
+        assert!(only_informational_differ(
+            &unwritten,
+            &starting,
+            ROLESET_COUNTERS
+        ));
+        let ready = roleset_status(Some(1), &inputs(true), None, None, at(5));
+        assert!(
+            !only_informational_differ(&unwritten, &ready, ROLESET_COUNTERS),
+            "Ready is written at once"
+        );
+        let failed = roleset_status(
+            Some(1),
+            &inputs(false),
+            Some(("FailedCreate", "quota".into())),
+            None,
+            at(5),
+        );
+        assert!(
+            !only_informational_differ(&unwritten, &failed, ROLESET_COUNTERS),
+            "a failure is written at once"
+        );
+        let empty = [role("decode", 0, Vec::new())];
+        let nothing_to_wait_for = roleset_status(Some(1), &empty, None, None, at(5));
+        assert!(
+            !only_informational_differ(
+                &roleset_status_unwritten(Some(1), &empty),
+                &nothing_to_wait_for,
+                ROLESET_COUNTERS
+            ),
+            "a RoleSet with no pods to wait for is Ready at once"
+        );
+    }
+
+    #[test]
+    fn a_role_turning_ready_before_the_others_changes_only_prose() {
+        let roles = |prefill_ready| {
+            vec![
+                role("prefill", 1, vec![pod("new", prefill_ready, false)]),
+                role("decode", 1, vec![pod("new", false, false)]),
+            ]
+        };
+        let before = roleset_status(Some(1), &roles(false), None, None, at(0));
+        let after = roleset_status(Some(1), &roles(true), None, Some(&before), at(1));
+        let message = |s: &RoleSetStatus| s.conditions.as_ref().unwrap()[0].message.clone();
+        assert_ne!(
+            message(&before),
+            message(&after),
+            "the message names the roles"
+        );
+        assert!(only_informational_differ(&before, &after, ROLESET_COUNTERS));
+        let failed = roleset_status(
+            Some(1),
+            &roles(true),
+            Some(("FailedCreate", "quota".into())),
+            Some(&before),
+            at(1),
+        );
+        assert!(
+            !only_informational_differ(&before, &failed, ROLESET_COUNTERS),
+            "a new reason and a new condition"
+        );
+    }
+
+    proptest! {
+        /// Deriving again, later, from the status just written gives it back: a reconcile
+        /// with nothing new writes nothing, and transition times stay where they were.
+        #[test]
+        fn deriving_from_the_written_status_changes_nothing(
+            pods in proptest::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 0..8),
+            desired in 0u32..6,
+            failed in any::<bool>(),
+            later in 1i64..100_000,
+        ) {
+            let views = pods
+                .iter()
+                .map(|&(new, ready, terminating)| pod(if new { "new" } else { "old" }, ready, terminating))
+                .collect();
+            let inputs = [role("decode", desired, views)];
+            let failure = || failed.then(|| ("FailedCreate", "quota".to_string()));
+            let first = roleset_status(Some(2), &inputs, failure(), None, at(0));
+            let again = roleset_status(Some(2), &inputs, failure(), Some(&first), at(later));
+            prop_assert_eq!(&again, &first);
+            // A condition that flips takes the new time; one that holds keeps its own.
+            let flipped = roleset_status(Some(2), &inputs, (!failed).then(|| ("FailedCreate", "quota".to_string())), Some(&first), at(later));
+            let ready_before = &first.conditions.as_ref().unwrap()[0];
+            let ready_after = &flipped.conditions.as_ref().unwrap()[0];
+            if ready_before.status == ready_after.status {
+                prop_assert_eq!(&ready_before.last_transition_time, &ready_after.last_transition_time);
+            } else {
+                prop_assert_eq!(&ready_after.last_transition_time, &Some(Time(at(later))));
+            }
+        }
+    }
+}
