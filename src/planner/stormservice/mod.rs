@@ -110,7 +110,6 @@ pub struct Pass {
 /// Decides one StormService pass. Fails only on a revision whose data is not a template.
 pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
     let service = input.service;
-    let rolesets = input.rolesets;
     let (current_name, update_name) = (input.current.name_any(), input.update.name_any());
     let desired = u32::try_from(service.spec.replicas_or_default()).unwrap_or(0);
     let update_template = service.spec.template.clone();
@@ -125,7 +124,7 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
     if let Some(pass) = canary.as_mut() {
         let progress = canary_progress(
             pass,
-            rolesets,
+            input.rolesets,
             desired,
             &update_name,
             &update_template,
@@ -139,86 +138,26 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
             status.roles = Some(progress);
         }
     }
-    let aborting = canary.as_ref().is_some_and(|c| c.decision.aborting);
     let pooled = canary
         .as_ref()
         .is_some_and(|c| c.mode == CanaryMode::Pooled);
-    // What RoleSets move to: the update revision, or the stable one while a replica-mode
-    // canary is aborted.
-    let stable_roles = || {
-        role_revisions(
-            &current_template,
-            &current_template,
-            input.current,
-            input.current,
-            false,
-        )
-    };
-    let (target_name, target_revision, mut target_template, target_roles) = if aborting && !pooled {
-        (
-            current_name.clone(),
-            input.current,
-            current_template.clone(),
-            stable_roles(),
-        )
-    } else {
-        let roles = role_revisions(
-            &update_template,
-            &current_template,
-            input.update,
-            input.current,
-            true,
-        );
-        (
-            update_name.clone(),
-            input.update,
-            update_template.clone(),
-            roles,
-        )
-    };
-    if let Some(c) = canary.as_ref().filter(|_| pooled) {
-        target_template.spec = Some(pooled_spec(
-            &update_template,
-            &current_template,
-            c.decision.weight,
-            aborting,
-            &current_name,
-        ));
-    }
+    let moves_to = target_rendering(input, canary.as_ref(), &update_template, &current_template);
     let strategy = if pooled {
         StormServiceUpdateStrategyType::InPlaceUpdate
     } else {
         service.spec.update_strategy_type()
     };
-    // RoleSets made from another revision that holds the target's template as squall reads
-    // it — AIBrix's, at a cut-over — are the target's: moved in place (relabelled, the spec
-    // rewritten), never replaced. Only revisions some RoleSet is made from are read.
-    let labelled: BTreeSet<&String> = rolesets
-        .iter()
-        .filter_map(|r| r.labels().get(LABEL_STORM_SERVICE_REVISION))
-        .collect();
-    let equivalent: BTreeSet<String> = input
-        .history
-        .iter()
-        .filter(|_| target_name == update_name)
-        .filter(|r| {
-            r.metadata
-                .name
-                .as_ref()
-                .is_some_and(|n| n != &target_name && labelled.contains(n))
-        })
-        .filter(|r| holds_as_read(r, &update_template))
-        .map(ResourceExt::name_any)
-        .collect();
+    let equivalent = equivalent_revisions(input, &moves_to.name, &update_template);
     let action = plan(&ServiceInput {
         desired,
         budgets: budgets(service, desired),
         strategy,
         paused: service.spec.paused == Some(true),
         two_revisions: current_name != update_name,
-        rolesets: rolesets
+        rolesets: input
+            .rolesets
             .iter()
-            .map(|r| view(r, &target_name, &equivalent))
+            .map(|r| view(r, &moves_to.name, &equivalent))
             .collect(),
         pending_creates: input.pending_creates.clone(),
         pending_deletes: input.pending_deletes.clone(),
@@ -228,36 +167,157 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
             .map(|c| target(desired, c.decision.weight)),
         in_place_unavailable: in_place_unavailable(service, desired),
     });
+    Ok(Pass {
+        desired,
+        creates: render_creates(input, &action, &moves_to, &current_template),
+        moves: in_place_moves(input, &action, &moves_to, &equivalent),
+        respec: respecs(input.rolesets, &action, &moves_to),
+        canary,
+        action,
+    })
+}
 
-    let creates = action
+/// A revision RoleSets are rendered from: its name, its ControllerRevision, its template
+/// and the revision each role's template comes from.
+struct Rendering<'a> {
+    name: String,
+    revision: &'a ControllerRevision,
+    template: RoleSetTemplateSpec,
+    roles: BTreeMap<String, &'a ControllerRevision>,
+}
+
+/// The stable revision's rendering.
+fn stable_rendering<'a>(
+    input: &PassInput<'a>,
+    current_template: &RoleSetTemplateSpec,
+) -> Rendering<'a> {
+    Rendering {
+        name: input.current.name_any(),
+        revision: input.current,
+        template: current_template.clone(),
+        roles: role_revisions(
+            current_template,
+            current_template,
+            input.current,
+            input.current,
+            false,
+        ),
+    }
+}
+
+/// What RoleSets move to: the update revision — in pooled mode with the canary's weight
+/// rendered into its spec — or the stable one while a replica-mode canary is aborted.
+fn target_rendering<'a>(
+    input: &PassInput<'a>,
+    canary: Option<&CanaryPass>,
+    update_template: &RoleSetTemplateSpec,
+    current_template: &RoleSetTemplateSpec,
+) -> Rendering<'a> {
+    let aborting = canary.is_some_and(|c| c.decision.aborting);
+    let pooled = canary.filter(|c| c.mode == CanaryMode::Pooled);
+    if aborting && pooled.is_none() {
+        return stable_rendering(input, current_template);
+    }
+    let mut target = Rendering {
+        name: input.update.name_any(),
+        revision: input.update,
+        template: update_template.clone(),
+        roles: role_revisions(
+            update_template,
+            current_template,
+            input.update,
+            input.current,
+            true,
+        ),
+    };
+    if let Some(c) = pooled {
+        target.template.spec = Some(pooled_spec(
+            update_template,
+            current_template,
+            c.decision.weight,
+            aborting,
+            &input.current.name_any(),
+        ));
+    }
+    target
+}
+
+/// RoleSets made from another revision that holds the target's template as squall reads
+/// it — AIBrix's, at a cut-over — are the target's: moved in place (relabelled, the spec
+/// rewritten), never replaced. Only revisions some RoleSet is made from are read.
+fn equivalent_revisions(
+    input: &PassInput,
+    target_name: &str,
+    update_template: &RoleSetTemplateSpec,
+) -> BTreeSet<String> {
+    if target_name != input.update.name_any() {
+        return BTreeSet::new();
+    }
+    let labelled: BTreeSet<&String> = input
+        .rolesets
+        .iter()
+        .filter_map(|r| r.labels().get(LABEL_STORM_SERVICE_REVISION))
+        .collect();
+    input
+        .history
+        .iter()
+        .filter(|r| {
+            r.metadata
+                .name
+                .as_ref()
+                .is_some_and(|n| n != target_name && labelled.contains(n))
+        })
+        .filter(|r| holds_as_read(r, update_template))
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+/// The creates of `action`, rendered from the target or (a stable share) the stable
+/// revision.
+fn render_creates(
+    input: &PassInput,
+    action: &ServiceAction,
+    target: &Rendering,
+    current_template: &RoleSetTemplateSpec,
+) -> Vec<RoleSetCreate> {
+    let stable = action
+        .create
+        .iter()
+        .any(|c| !c.updated)
+        .then(|| stable_rendering(input, current_template));
+    action
         .create
         .iter()
         .map(|create| {
-            let roleset = if create.updated {
-                render_roleset(
-                    service,
-                    &target_template,
-                    target_revision,
-                    &target_roles,
-                    create.index,
-                )
-            } else {
-                render_roleset(
-                    service,
-                    &current_template,
-                    input.current,
-                    &stable_roles(),
-                    create.index,
-                )
+            let from = match &stable {
+                Some(stable) if !create.updated => stable,
+                _ => target,
             };
             RoleSetCreate {
                 index: create.index,
                 stable: !create.updated,
-                roleset,
+                roleset: render_roleset(
+                    input.service,
+                    &from.template,
+                    from.revision,
+                    &from.roles,
+                    create.index,
+                ),
             }
         })
-        .collect();
-    let spec = target_template.spec.clone().unwrap_or_default();
+        .collect()
+}
+
+/// The in-place moves of `action`, and every live RoleSet of an equivalent revision: moved
+/// to the target's spec, labels and annotations.
+fn in_place_moves(
+    input: &PassInput,
+    action: &ServiceAction,
+    target: &Rendering,
+    equivalent: &BTreeSet<String>,
+) -> Vec<InPlaceMove> {
+    let rolesets = input.rolesets;
+    let spec = target.template.spec.clone().unwrap_or_default();
     let adopted = rolesets.iter().filter(|r| {
         r.metadata.deletion_timestamp.is_none()
             && r.labels()
@@ -265,13 +325,14 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
                 .is_some_and(|rev| equivalent.contains(rev))
             && !action.update_in_place.contains(&r.name_any())
     });
-    let moves = action
+    action
         .update_in_place
         .iter()
         .filter_map(|name| rolesets.iter().find(|r| &r.name_any() == name))
         .chain(adopted)
         .map(|roleset| {
-            let (labels, annotations) = revision_metadata(service, target_revision, &target_roles);
+            let (labels, annotations) =
+                revision_metadata(input.service, target.revision, &target.roles);
             InPlaceMove {
                 name: roleset.name_any(),
                 resource_version: roleset.resource_version(),
@@ -282,28 +343,29 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
                 annotations,
             }
         })
-        .collect();
-    let respec = match &target_template.spec {
-        Some(spec) => rolesets
-            .iter()
-            .filter(|r| {
-                r.metadata.deletion_timestamp.is_none()
-                    && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&target_name)
-                    && !action.update_in_place.contains(&r.name_any())
-                    && &r.spec != spec
-            })
-            .map(|r| (r.name_any(), spec.clone()))
-            .collect(),
-        None => Vec::new(),
+        .collect()
+}
+
+/// Live RoleSets on the target revision whose spec differs from the target's (and that do
+/// not move in place): their new spec.
+fn respecs(
+    rolesets: &[RoleSet],
+    action: &ServiceAction,
+    target: &Rendering,
+) -> Vec<(String, RoleSetSpec)> {
+    let Some(spec) = &target.template.spec else {
+        return Vec::new();
     };
-    Ok(Pass {
-        desired,
-        canary,
-        action,
-        creates,
-        moves,
-        respec,
-    })
+    rolesets
+        .iter()
+        .filter(|r| {
+            r.metadata.deletion_timestamp.is_none()
+                && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&target.name)
+                && !action.update_in_place.contains(&r.name_any())
+                && &r.spec != spec
+        })
+        .map(|r| (r.name_any(), spec.clone()))
+        .collect()
 }
 
 /// The canary part of a pass: its decision and mode.
