@@ -12,7 +12,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use squall::api::podgroup::PodGroupCrds;
 use squall::api::{RoleSet, RoleSetTemplateSpec};
+use squall::controller::cache::scope::Caches;
+use squall::controller::kit::children::Writes;
+use squall::controller::kit::context::Context;
 use squall::controller::revision::write_revision;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -31,7 +35,16 @@ async fn a_partition_keeps_stable_pods_and_recreates_them_from_the_stable_revisi
     let client = client().await;
     let ns = TestNamespace::create(&client, "partition").await;
     let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
-    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns.name());
+    // The StormService controller's revision writer, with a context of its own (its caches
+    // are never started: the writer sends, it does not read).
+    let metrics = std::sync::Arc::new(squall::metrics::Metrics::default());
+    let (caches, _never_run) = Caches::new(
+        &client,
+        Some(ns.name()),
+        &metrics,
+        tokio::sync::watch::channel(PodGroupCrds::Unknown).1,
+    );
+    let ctx = Context::new("stormservice", client.clone(), caches, metrics);
     let pods: Api<Pod> = Api::namespaced(client, ns.name());
     let recorder = Recorder::start(pods.clone()).await;
 
@@ -51,6 +64,7 @@ async fn a_partition_keeps_stable_pods_and_recreates_them_from_the_stable_revisi
 
     // The stable template as the StormService controller stores it. Writing it twice
     // returns the same revision.
+    let revisions = Writes::<ControllerRevision>::beside(&ctx, &created);
     let template = RoleSetTemplateSpec {
         metadata: None,
         spec: Some(created.spec.clone()),

@@ -33,7 +33,10 @@ use kube::discovery::ApiResource;
 use serde_json::json;
 use squall::api::keys::{FINALIZER_ROLESET, LABEL_ROLESET_NAME};
 use squall::api::{RoleSet, StormService};
-use squall::controller::{Caches, Context, Error as ControllerError, roleset};
+use squall::controller::cache::scope::Caches;
+use squall::controller::kit::context::Context;
+use squall::controller::kit::error::Error as ControllerError;
+use squall::controller::kit::owner::{Owner, reconcile};
 use squall::metrics::Metrics;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -472,9 +475,14 @@ async fn a_roleset_keeps_its_finalizer_while_the_api_server_holds_a_pod_its_cach
         &metrics,
         tokio::sync::watch::channel(Default::default()).1,
     );
-    let ctx = Arc::new(Context::new(client.clone(), caches, metrics));
+    let ctx = Arc::new(Context::new(
+        RoleSet::CONTROLLER,
+        client.clone(),
+        caches,
+        metrics,
+    ));
     let deleting = Arc::new(rolesets.get("gang").await.unwrap());
-    let first = roleset::reconcile(deleting, ctx.clone()).await;
+    let first = reconcile::<RoleSet>(deleting, ctx.clone()).await;
     assert!(
         matches!(&first, Err(e) if matches!(e.root(), ControllerError::Waiting(_))),
         "a cleanup that found a pod waits for it: {first:?}"
@@ -496,7 +504,7 @@ async fn a_roleset_keeps_its_finalizer_while_the_api_server_holds_a_pod_its_cach
     .await
     .unwrap();
 
-    let second = roleset::reconcile(Arc::new(kept), ctx).await;
+    let second = reconcile::<RoleSet>(Arc::new(kept), ctx).await;
     assert!(
         second.is_ok(),
         "nothing left: the finalizer goes: {second:?}"

@@ -363,7 +363,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     // Which gang schedulers' PodGroups can be made: the webhooks warn of the others, the
     // controllers make PodGroups for these.
     let (crds_tx, crds_rx) = watch::channel(PodGroupCrds::Unknown);
-    let crd_lookup = tokio::spawn(crate::controller::podgroups::look_for_crds(
+    let crd_lookup = tokio::spawn(crate::controller::cache::podgroups::look_for_crds(
         crate::client::counted(config.clone(), metrics.clone(), "crds")
             .context("building the API client")?,
         crds_tx,
@@ -623,7 +623,7 @@ async fn run_controllers(
     let Some(election) = election else {
         tracing::info!("starting controllers (no leader election)");
         metrics.set_leader(true);
-        crate::controller::run(
+        crate::controller::kit::runner::run(
             config,
             metrics,
             namespaces,
@@ -670,7 +670,7 @@ async fn run_controllers(
     // Losing the Lease drops the controllers at once — every reconcile in flight is
     // cancelled at its next await, so no write starts after the loss is seen. (A graceful
     // stop would let them finish, writing for up to a reconcile's length as a non-leader.)
-    let controllers = crate::controller::run(
+    let controllers = crate::controller::kit::runner::run(
         config,
         metrics.clone(),
         namespaces,

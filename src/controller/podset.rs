@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use super::podgroups;
-use super::{
-    Context, Error, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, refusal, uids, wall_clock,
-};
+use super::kit::children::{ChildKind, Created, OnConflict, Writes, owned_children, uids};
+use super::kit::context::Context;
+use super::kit::error::Error;
+use super::kit::owner::Owner;
+use super::{podgroups, wall_clock};
 use crate::api::PodSet;
 use crate::api::keys::{
     FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
@@ -24,38 +24,22 @@ use crate::planner::podset::{GangPod, plan_gang, podset_status};
 use crate::planner::render::gang_pod;
 use crate::planner::requeue;
 
-/// Reconciles one PodSet.
-pub async fn reconcile(podset: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    finalized(
-        podset,
-        ctx,
-        FINALIZER_PODSET,
-        |object, ctx| async move { apply(&object, &ctx).await },
-        |object, ctx| async move { cleanup(&object, &ctx).await },
-    )
-    .await
+impl Owner for PodSet {
+    const CONTROLLER: &'static str = "podset";
+    const FINALIZER: &'static str = FINALIZER_PODSET;
+    const CHILD_LABEL: &'static str = LABEL_PODSET_NAME;
+    const CHILDREN: &'static [ChildKind] = &[ChildKind::Pods];
+
+    fn apply(
+        &self,
+        ctx: &Context,
+    ) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        apply(self, ctx)
+    }
 }
 
 fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<CachedPod>> {
     owned_children(&ctx.caches.pods, podset)
-}
-
-/// Ordered deletion: the gang's pods first; the finalizer goes once none is left — in the
-/// cache, then on the API server ([`live_children`]).
-async fn cleanup(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
-    let mut pods = going(&owned_pods(podset, ctx));
-    if pods.is_empty() {
-        pods = live_children::<Pod>(ctx, podset, LABEL_PODSET_NAME).await?;
-        if pods.is_empty() {
-            ctx.forget(podset);
-            return Ok(Action::await_change());
-        }
-    }
-    delete_remaining::<Pod>(ctx, podset, &pods, "podset", "pods").await?;
-    Err(Error::Waiting(format!(
-        "{} pods still terminating",
-        pods.len()
-    )))
 }
 
 fn gang_view(pod: &CachedPod) -> GangPod {
@@ -82,17 +66,15 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         podset.spec.recovery_policy.unwrap_or_default(),
         &views,
     );
-    let api: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &podset.namespace().unwrap_or_default());
+    let writes = Writes::<Pod>::beside(ctx, podset);
     let uids = uids(pods.iter().map(|p| &**p));
     for name in &action.delete {
-        delete_child(&api, name, uids.get(name), ctx, "podset", "pods").await?;
+        writes.delete(name, uids.get(name)).await?;
     }
     // A role-level strategy's PodGroup, one per PodSet, comes before the gang's pods (the
     // RoleSet reports a missing CRD; the pods are created without it then).
     let gang = podgroups::sync(
         ctx,
-        "podset",
         podset,
         LABEL_PODSET_NAME,
         podset.spec.scheduling_strategy.as_ref(),
@@ -108,20 +90,11 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     // status says why (ReplicaFailure, FailedCreate) and the PodSet is retried with backoff.
     let mut refused = None;
     for &index in creates {
-        match api
-            .create(&PostParams::default(), &gang_pod(podset, index))
-            .await
-        {
-            Ok(_) => ctx.metrics.api_write("podset", "create", "pods"),
-            // An index's pod has a deterministic name: already there means already created.
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => match refusal(&e) {
-                Some(message) => {
-                    refused = Some(format!("pod {index}: {message}"));
-                    break;
-                }
-                None => return Err(e.into()),
-            },
+        // An index's pod has a deterministic name: taken means already created.
+        let pod = gang_pod(podset, index);
+        if let Created::Refused(message) = writes.create(&pod, OnConflict::Exists).await? {
+            refused = Some(format!("pod {index}: {message}"));
+            break;
         }
     }
     if !action.delete.is_empty() || !action.create.is_empty() {
@@ -135,13 +108,9 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
             p.metadata.deletion_timestamp.is_none()
                 && p.labels().get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash)
         }) {
-            api.patch(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&relabel),
-            )
-            .await?;
-            ctx.metrics.api_write("podset", "patch", "pods");
+            writes
+                .patch(&pod.name_any(), &Patch::Merge(&relabel))
+                .await?;
         }
     }
 
@@ -154,8 +123,8 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         now,
     );
     let wait = ctx
-        .write_status(
-            "podset",
+        .status
+        .write(
             podset,
             podset.status.as_ref(),
             None,

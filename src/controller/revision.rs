@@ -3,11 +3,12 @@
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::Error;
+use super::kit::children::{Created, OnConflict, Writes};
+use super::kit::error::Error;
 use crate::api::RoleSetTemplateSpec;
 use crate::api::keys::{LABEL_REVISION_HASH, LABEL_REVISION_OWNER};
 use crate::planner::render::canonical_json;
@@ -19,7 +20,7 @@ use crate::planner::revision::{
 /// returns the existing revision with the same data. A name taken by other data is retried
 /// with the next collision count (returned beside the revision).
 pub async fn write_revision<K>(
-    api: &Api<ControllerRevision>,
+    writes: &Writes<'_, ControllerRevision>,
     owner: &K,
     template: &RoleSetTemplateSpec,
     revision: i64,
@@ -51,16 +52,19 @@ where
             data: Some(RawExtension(canonical.clone())),
             revision,
         };
-        match api.create(&PostParams::default(), &candidate).await {
-            Ok(created) => return Ok((created, collision_count)),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                let existing = api.get(&candidate.name_any()).await?;
-                if existing.data.as_ref().map(|d| &d.0) == Some(&canonical) {
+        // A revision's name is its hash: taken is the same revision, or a collision.
+        match writes.create(&candidate, OnConflict::Exists).await? {
+            Created::New(created) => return Ok((created, collision_count)),
+            Created::Exists => {
+                let existing = writes.get(&candidate.name_any()).await?;
+                if let Some(existing) =
+                    existing.filter(|e| e.data.as_ref().map(|d| &d.0) == Some(&canonical))
+                {
                     return Ok((existing, collision_count));
                 }
                 collision_count += 1;
             }
-            Err(e) => return Err(e.into()),
+            Created::Refused(message) => return Err(Error::Refused(message)),
         }
     }
     Err(RevisionError::Collisions { owner: owner_name }.into())

@@ -9,23 +9,25 @@
 //! `Interleave` ordering, holding back a role's `rollout.partition`
 //! (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::kit::children::{ChildKind, Created, OnConflict, Writes, owned_children, uids};
+use super::kit::context::Context;
+use super::kit::error::Error;
+use super::kit::expectations::PendingCreate;
+use super::kit::owner::Owner;
 use super::podgroups::{self, Gang};
-use super::{
-    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, refusal, uids, wall_clock,
-};
+use super::wall_clock;
 use crate::admission::validation::validate_roleset;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
@@ -40,20 +42,22 @@ use crate::planner::roleset::children::role_children;
 use crate::planner::roleset::in_place::complete_patch;
 use crate::planner::roleset::roles::RoleInput;
 use crate::planner::roleset::status::{
-    Failure, ROLESET_COUNTERS, roleset_status, roleset_status_unwritten,
+    Failure, Obstacles, ROLESET_COUNTERS, failure, roleset_status, roleset_status_unwritten,
 };
 use crate::planner::roleset::{NewChild, PassInput, Pending, RoleWrites, decide};
 
-/// Reconciles one RoleSet.
-pub async fn reconcile(roleset: Arc<RoleSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    finalized(
-        roleset,
-        ctx,
-        FINALIZER_ROLESET,
-        |object, ctx| async move { apply(&object, &ctx).await },
-        |object, ctx| async move { cleanup(&object, &ctx).await },
-    )
-    .await
+impl Owner for RoleSet {
+    const CONTROLLER: &'static str = "roleset";
+    const FINALIZER: &'static str = FINALIZER_ROLESET;
+    const CHILD_LABEL: &'static str = LABEL_ROLESET_NAME;
+    const CHILDREN: &'static [ChildKind] = &[ChildKind::PodSets, ChildKind::Pods];
+
+    fn apply(
+        &self,
+        ctx: &Context,
+    ) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        apply(self, ctx)
+    }
 }
 
 /// The RoleSet's own pods.
@@ -66,46 +70,11 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
-/// Ordered deletion: every PodSet and pod first; the finalizer goes once none is left —
-/// in the cache, then on the API server ([`live_children`]).
-async fn cleanup(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
-    let mut podsets = going(&owned_podsets(roleset, ctx));
-    let mut pods = going(&owned_pods(roleset, ctx));
-    if podsets.is_empty() && pods.is_empty() {
-        podsets = live_children::<PodSet>(ctx, roleset, LABEL_ROLESET_NAME).await?;
-        pods = live_children::<Pod>(ctx, roleset, LABEL_ROLESET_NAME).await?;
-        if podsets.is_empty() && pods.is_empty() {
-            ctx.forget(roleset);
-            return Ok(Action::await_change());
-        }
-    }
-    delete_remaining::<PodSet>(ctx, roleset, &podsets, "roleset", "podsets").await?;
-    delete_remaining::<Pod>(ctx, roleset, &pods, "roleset", "pods").await?;
-    // Deletions are watched; the requeue is a backstop.
-    Err(Error::Waiting(format!(
-        "{} PodSets and {} pods still terminating",
-        podsets.len(),
-        pods.len()
-    )))
-}
-
-async fn delete_pod(
-    api: &Api<Pod>,
-    name: &str,
-    uids: &HashMap<String, String>,
-    ctx: &Context,
-) -> Result<(), Error> {
-    delete_child(api, name, uids.get(name), ctx, "roleset", "pods").await
-}
-
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let now = wall_clock();
     let report = validate_roleset(roleset, None);
     if !report.is_valid() {
-        let failure = (
-            "ReconcileError",
-            format!("invalid spec: {}", report.error_message()),
-        );
+        let failure = Failure::ReconcileError(format!("invalid spec: {}", report.error_message()));
         return Ok(
             match write_status(roleset, ctx, &[], Some(failure), now).await? {
                 Some(wait) => Action::requeue(wait),
@@ -126,7 +95,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             .children
             .iter()
             .map(|v| (v.name.clone(), v.terminating));
-        let expectation = ctx.observe(&key, &role.role, seen);
+        let expectation = ctx.expectations.observe(&key, &role.role, seen);
         pending.push(Pending {
             creates: expectation.pending_creates(false),
             stable_creates: expectation.pending_creates(true),
@@ -146,7 +115,6 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     // there, and are created without it (said in the status) when it is not.
     let gang = podgroups::sync(
         ctx,
-        "roleset",
         roleset,
         LABEL_ROLESET_NAME,
         roleset.spec.scheduling_strategy.as_ref(),
@@ -174,9 +142,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         // The reconcile's span names the RoleSet.
         tracing::info!(%sequence, "sequential upgrade order");
     }
-    let namespace = roleset.namespace().unwrap_or_default();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let podsets_api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pod_writes = Writes::<Pod>::beside(ctx, roleset);
+    let podset_writes = Writes::<PodSet>::beside(ctx, roleset);
     let pod_uids = uids(pods.iter().map(|p| &**p));
     let podset_uids = uids(podsets.iter().map(|p| &**p));
     if !pass.retired_pods.is_empty() || !pass.retired_podsets.is_empty() {
@@ -187,58 +154,45 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         );
     }
     for name in pass.orphan_pods.iter().chain(&pass.retired_pods) {
-        delete_pod(&pods_api, name, &pod_uids, ctx).await?;
+        pod_writes.delete(name, pod_uids.get(name)).await?;
     }
     for name in pass.orphan_podsets.iter().chain(&pass.retired_podsets) {
-        let uid = podset_uids.get(name);
-        delete_child(&podsets_api, name, uid, ctx, "roleset", "podsets").await?;
+        podset_writes.delete(name, podset_uids.get(name)).await?;
     }
     // Creates the API server refused, by role: the status says so (ReplicaFailure,
     // FailedCreate, like a ReplicaSet's) and the RoleSet is retried with backoff.
     let mut refused: Vec<String> = Vec::new();
     for role in &pass.roles {
-        adopt_pods(roleset, role, &pods_api, ctx).await?;
-        update_in_place(roleset, role, &pods, &pods_api, ctx, now).await?;
+        adopt_pods(roleset, role, &pod_writes, &podset_writes, ctx).await?;
+        update_in_place(roleset, role, &pods, &pod_writes, ctx, now).await?;
         for name in &role.action.delete {
             if role.gang {
-                let uid = podset_uids.get(name);
-                delete_child(&podsets_api, name, uid, ctx, "roleset", "podsets").await?;
+                podset_writes.delete(name, podset_uids.get(name)).await?;
             } else {
-                delete_pod(&pods_api, name, &pod_uids, ctx).await?;
+                pod_writes.delete(name, pod_uids.get(name)).await?;
             }
-            ctx.expect_delete(&key, &role.role, name);
+            ctx.expectations.expect_delete(&key, &role.role, name);
         }
         for create in &role.creates {
+            // A slot's child has a deterministic name: taken means already created.
+            let on_conflict = match create.slot {
+                Some(_) => OnConflict::Exists,
+                None => OnConflict::Fail,
+            };
             let created = match &create.child {
-                NewChild::Pod(pod) => pods_api
-                    .create(&PostParams::default(), pod)
-                    .await
-                    .map(|created| (created.name_any(), "pods")),
-                NewChild::PodSet(podset) => podsets_api
-                    .create(&PostParams::default(), podset)
-                    .await
-                    .map(|created| (created.name_any(), "podsets")),
-            };
-            let (name, resource) = match created {
-                Ok(created) => created,
-                // A slot's child has a deterministic name: already there means already
-                // created.
-                Err(kube::Error::Api(status)) if status.code == 409 && create.slot.is_some() => {
-                    match &create.child {
-                        NewChild::Pod(pod) => (pod.name_any(), "pods"),
-                        NewChild::PodSet(podset) => (podset.name_any(), "podsets"),
-                    }
+                NewChild::Pod(pod) => named(&**pod, pod_writes.create(pod, on_conflict).await?),
+                NewChild::PodSet(podset) => {
+                    named(&**podset, podset_writes.create(podset, on_conflict).await?)
                 }
-                Err(e) => match refusal(&e) {
-                    Some(message) => {
-                        refused.push(format!("role {}: {message}", role.role));
-                        break;
-                    }
-                    None => return Err(e.into()),
-                },
             };
-            ctx.metrics.api_write("roleset", "create", resource);
-            ctx.expect_create(
+            let name = match created {
+                Ok(name) => name,
+                Err(message) => {
+                    refused.push(format!("role {}: {message}", role.role));
+                    break;
+                }
+            };
+            ctx.expectations.expect_create(
                 &key,
                 &role.role,
                 &name,
@@ -258,7 +212,6 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         && ctx.once_per_generation(roleset, "topology pending")
     {
         ctx.warn(
-            "roleset",
             roleset,
             "TopologyPolicyPendingPodReplacement",
             "TopologyPolicy",
@@ -271,17 +224,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         .await;
     }
 
-    let failure = if !refused.is_empty() {
-        Some(("FailedCreate", refused.join("; ")))
-    } else if !pass.problems.is_empty() {
-        Some(("ReconcileError", pass.problems.join("; ")))
-    } else if let Gang::Foreign(scheduler) = gang {
-        Some((
-            "PodGroupConflict",
-            Gang::foreign_message(scheduler, &roleset.name_any()),
-        ))
-    } else if let Some(scheduler) = match gang {
+    let podgroup_crd_missing = match gang {
         Gang::Unserved(scheduler) => Some(scheduler),
+        Gang::Foreign(_) => None,
         // Role-level strategies: one PodGroup per PodSet, whose controller cannot say it.
         _ => roleset.spec.roles.iter().flatten().find_map(|role| {
             (role.pod_group_size_or_default() > 1)
@@ -292,27 +237,35 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
                 })
                 .flatten()
         }),
-    } {
-        let message = format!(
+    }
+    .map(|scheduler| {
+        format!(
             "schedulingStrategy.{} asks for a PodGroup, but the CRD {} is not installed: \
              pods are created without the gang guarantee",
             scheduler.strategy_field(),
             scheduler.crd_name()
-        );
-        if ctx.once_per_generation(roleset, "podgroup crd missing") {
-            ctx.warn(
-                "roleset",
-                roleset,
-                "PodGroupCRDMissing",
-                "SyncPodGroup",
-                message.clone(),
-            )
-            .await;
-        }
-        Some(("PodGroupCRDMissing", message))
-    } else {
-        None
-    };
+        )
+    });
+    let failure = failure(Obstacles {
+        refused: refused.clone(),
+        problems: pass.problems.clone(),
+        podgroup_conflict: match gang {
+            Gang::Foreign(scheduler) => Some(Gang::foreign_message(scheduler, &roleset.name_any())),
+            _ => None,
+        },
+        podgroup_crd_missing,
+    });
+    if let Some(Failure::PodGroupCrdMissing(message)) = &failure
+        && ctx.once_per_generation(roleset, "podgroup crd missing")
+    {
+        ctx.warn(
+            roleset,
+            "PodGroupCRDMissing",
+            "SyncPodGroup",
+            message.clone(),
+        )
+        .await;
+    }
     let wait = write_status(roleset, ctx, &pass.inputs, failure, now).await?;
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
@@ -322,6 +275,15 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::requeue(
         requeue::soonest([wait, gang.recheck()]).unwrap_or(requeue::RESYNC),
     ))
+}
+
+/// The name of a child a create made or found there (`Err`: the API server's refusal).
+fn named<K: Resource>(sent: &K, created: Created<K>) -> Result<String, String> {
+    match created {
+        Created::New(child) => Ok(child.meta().name.clone().unwrap_or_default()),
+        Created::Exists => Ok(sent.meta().name.clone().unwrap_or_default()),
+        Created::Refused(message) => Err(message),
+    }
 }
 
 /// Derives the RoleSet's status from this pass and writes it when it changed (or says when
@@ -336,15 +298,15 @@ async fn write_status(
     let stored = roleset.status.as_ref();
     let status = roleset_status(roleset.metadata.generation, inputs, failure, stored, now);
     let unwritten = roleset_status_unwritten(roleset.metadata.generation, inputs);
-    ctx.write_status(
-        "roleset",
-        roleset,
-        stored,
-        Some(&unwritten),
-        &status,
-        Some(ROLESET_COUNTERS),
-    )
-    .await
+    ctx.status
+        .write(
+            roleset,
+            stored,
+            Some(&unwritten),
+            &status,
+            Some(ROLESET_COUNTERS),
+        )
+        .await
 }
 
 /// Adopts the pods the pass found already matching the role's template under another hash
@@ -354,14 +316,15 @@ async fn write_status(
 async fn adopt_pods(
     roleset: &RoleSet,
     role: &RoleWrites,
-    api: &Api<Pod>,
+    pods: &Writes<'_, Pod>,
+    podsets: &Writes<'_, PodSet>,
     ctx: &Context,
 ) -> Result<(), Error> {
     if !role.relabel.is_empty() {
         let labels = role_revision_labels(roleset, &role.role);
         let patch = json!({"metadata": {"labels": labels.into_iter().collect::<BTreeMap<_, _>>()}});
         for name in &role.relabel {
-            patch_pod(api, name, &Patch::Merge(patch.clone()), ctx).await?;
+            pods.patch(name, &Patch::Merge(&patch)).await?;
         }
     }
     if role.adopted.is_empty() {
@@ -369,14 +332,9 @@ async fn adopt_pods(
     }
     if role.gang {
         // A PodSet carries the hash; its pods are the PodSet's business.
-        let podsets: Api<PodSet> =
-            Api::namespaced(ctx.client.clone(), &roleset.namespace().unwrap_or_default());
         let patch = json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: role.target_hash}}});
         for name in &role.adopted {
-            podsets
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            ctx.metrics.api_write("roleset", "patch", "podsets");
+            podsets.patch(name, &Patch::Merge(&patch)).await?;
         }
     } else {
         let patch = complete_patch(
@@ -384,13 +342,12 @@ async fn adopt_pods(
             &role_revision_labels(roleset, &role.role),
         );
         for name in &role.adopted {
-            patch_pod(api, name, &Patch::Merge(patch.clone()), ctx).await?;
+            pods.patch(name, &Patch::Merge(&patch)).await?;
         }
     }
     tracing::info!(role = %role.role, children = role.adopted.len(), hash = %role.target_hash,
         "adopted running children that already match the template");
     ctx.publish(
-        "roleset",
         roleset,
         None,
         "Adopted",
@@ -417,7 +374,7 @@ async fn update_in_place(
     roleset: &RoleSet,
     role: &RoleWrites,
     pods: &[Arc<CachedPod>],
-    api: &Api<Pod>,
+    api: &Writes<'_, Pod>,
     ctx: &Context,
     now: Timestamp,
 ) -> Result<(), Error> {
@@ -429,7 +386,6 @@ async fn update_in_place(
     };
     if let Some(reason) = &writes.fallback {
         ctx.publish(
-            "roleset",
             roleset,
             None,
             "InPlaceFallback",
@@ -441,12 +397,11 @@ async fn update_in_place(
     let target = &role.target_hash;
     let complete = complete_patch(target, &role_revision_labels(roleset, &role.role));
     for (name, gated) in &writes.complete {
-        patch_pod(api, name, &Patch::Merge(complete.clone()), ctx).await?;
+        api.patch(name, &Patch::Merge(&complete)).await?;
         if *gated {
-            set_in_place_condition(api, name, true, ctx, now).await?;
+            set_in_place_condition(api, name, true, now).await?;
         }
         ctx.publish(
-            "roleset",
             roleset,
             reference(name),
             "InPlaceUpdateCompleted",
@@ -458,16 +413,15 @@ async fn update_in_place(
     for (name, reason) in &writes.pending {
         let patch = json!({"metadata": {"annotations": {
             ANNOTATION_IN_PLACE_PENDING_REASON: reason}}});
-        patch_pod(api, name, &Patch::Merge(patch), ctx).await?;
+        api.patch(name, &Patch::Merge(&patch)).await?;
     }
     for start in &writes.start {
         let name = &start.pod;
         if start.gated {
-            set_in_place_condition(api, name, false, ctx, now).await?;
+            set_in_place_condition(api, name, false, now).await?;
         }
-        patch_pod(api, name, &Patch::Strategic(start.patch.clone()), ctx).await?;
+        api.patch(name, &Patch::Strategic(&start.patch)).await?;
         ctx.publish(
-            "roleset",
             roleset,
             reference(name),
             "InPlaceUpdateStarted",
@@ -487,23 +441,11 @@ async fn update_in_place(
     Ok(())
 }
 
-async fn patch_pod(
-    api: &Api<Pod>,
-    name: &str,
-    patch: &Patch<serde_json::Value>,
-    ctx: &Context,
-) -> Result<(), Error> {
-    api.patch(name, &PatchParams::default(), patch).await?;
-    ctx.metrics.api_write("roleset", "patch", "pods");
-    Ok(())
-}
-
 /// Sets the in-place readiness-gate condition (and, when it turns False, Ready with it).
 async fn set_in_place_condition(
-    api: &Api<Pod>,
+    api: &Writes<'_, Pod>,
     name: &str,
     ready: bool,
-    ctx: &Context,
     now: Timestamp,
 ) -> Result<(), Error> {
     let now = now.to_string();
@@ -517,11 +459,9 @@ async fn set_in_place_condition(
     }
     api.patch_status(
         name,
-        &PatchParams::default(),
         &Patch::Strategic(json!({"status": {"conditions": conditions}})),
     )
     .await?;
-    ctx.metrics.api_write("roleset", "patch", "pods/status");
     Ok(())
 }
 

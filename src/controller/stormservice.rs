@@ -12,16 +12,18 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::analysis::RevisionNames;
+use super::kit::children::{ChildKind, Created, OnConflict, Writes, owned_children, uids};
+use super::kit::context::Context;
+use super::kit::error::Error;
+use super::kit::expectations::PendingCreate;
+use super::kit::owner::Owner;
 use super::revision::write_revision;
-use super::{
-    Context, Error, PendingCreate, delete_child, delete_remaining, finalized, going, live_children,
-    owned_children, uids, wall_clock,
-};
+use super::wall_clock;
 use crate::admission::validation::validate_stormservice;
 use crate::api::analysis::AnalysisPhase;
 use crate::api::keys::{
@@ -44,46 +46,27 @@ use crate::planner::stormservice::status::{
 };
 use crate::planner::stormservice::{InPlaceMove, PassInput, decide};
 
-/// Expectations of a StormService are kept under one pseudo-role.
-const ROLESETS: &str = "";
+/// A StormService's expectations are of its RoleSets, kept under this key (a RoleSet keeps
+/// its own by role name).
+const ROLESETS: &str = "rolesets";
 
-/// Reconciles one StormService.
-pub async fn reconcile(service: Arc<StormService>, ctx: Arc<Context>) -> Result<Action, Error> {
-    finalized(
-        service,
-        ctx,
-        FINALIZER_STORMSERVICE,
-        |object, ctx| async move { apply(&object, &ctx).await },
-        |object, ctx| async move { cleanup(&object, &ctx).await },
-    )
-    .await
-}
+impl Owner for StormService {
+    const CONTROLLER: &'static str = "stormservice";
+    const FINALIZER: &'static str = FINALIZER_STORMSERVICE;
+    const CHILD_LABEL: &'static str = LABEL_STORM_SERVICE_NAME;
+    const CHILDREN: &'static [ChildKind] = &[ChildKind::RoleSets];
 
-fn rolesets_api(service: &StormService, ctx: &Context) -> Api<RoleSet> {
-    Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default())
-}
-
-/// Ordered deletion: every RoleSet (and through it every pod) first.
-/// Ordered deletion: every RoleSet first; the finalizer goes once none is left — in the
-/// cache, then on the API server ([`live_children`]).
-async fn cleanup(service: &StormService, ctx: &Context) -> Result<Action, Error> {
-    let mut rolesets = going(&owned_children(&ctx.caches.rolesets, service));
-    if rolesets.is_empty() {
-        rolesets = live_children::<RoleSet>(ctx, service, LABEL_STORM_SERVICE_NAME).await?;
-        if rolesets.is_empty() {
-            ctx.forget(service);
-            ctx.metrics.forget_service(
-                &service.namespace().unwrap_or_default(),
-                &service.name_any(),
-            );
-            return Ok(Action::await_change());
-        }
+    fn apply(
+        &self,
+        ctx: &Context,
+    ) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
+        apply(self, ctx)
     }
-    delete_remaining::<RoleSet>(ctx, service, &rolesets, "stormservice", "rolesets").await?;
-    Err(Error::Waiting(format!(
-        "{} RoleSets still terminating",
-        rolesets.len()
-    )))
+
+    fn forgotten(&self, ctx: &Context) {
+        ctx.metrics
+            .forget_service(&self.namespace().unwrap_or_default(), &self.name_any());
+    }
 }
 
 /// The revisions a pass works with.
@@ -119,14 +102,8 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     if let Some(held) = stable_revision_missing(service, revisions.stable_missing.as_deref(), now) {
         if ctx.once_per_generation(service, "stable revision missing") {
             let message = held.message.clone().unwrap_or_default();
-            ctx.warn(
-                "stormservice",
-                service,
-                "StableRevisionMissing",
-                "Canary",
-                message,
-            )
-            .await;
+            ctx.warn(service, "StableRevisionMissing", "Canary", message)
+                .await;
         }
         write_conditions(service, ctx, vec![held]).await?;
         return Ok(Action::await_change());
@@ -140,7 +117,7 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         announce_cut_over(service, ctx, &revisions, &rolesets, from).await;
     }
     let key = Context::key(service);
-    let expectation = ctx.observe(
+    let expectation = ctx.expectations.observe(
         &key,
         ROLESETS,
         rolesets
@@ -174,32 +151,30 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     })?;
     let action = &pass.action;
 
-    let api = rolesets_api(service, ctx);
+    let writes = Writes::<RoleSet>::beside(ctx, service);
     let roleset_uids = uids(&rolesets);
     for name in &action.delete {
-        let uid = roleset_uids.get(name);
-        delete_child(&api, name, uid, ctx, "stormservice", "rolesets").await?;
-        ctx.expect_delete(&key, ROLESETS, name);
+        writes.delete(name, roleset_uids.get(name)).await?;
+        ctx.expectations.expect_delete(&key, ROLESETS, name);
     }
     // A RoleSet create the API server refused: reported as ReplicaFailure (FailedCreate)
     // and retried with backoff.
     let mut refused = None;
     for create in &pass.creates {
-        let created = match api.create(&PostParams::default(), &create.roleset).await {
-            Ok(created) => created,
-            Err(e) => match super::refusal(&e) {
-                Some(message) => {
-                    refused = Some(message);
-                    break;
-                }
-                None => return Err(e.into()),
-            },
+        // A generated name: a conflict is the API server's to retry.
+        let name = match writes.create(&create.roleset, OnConflict::Fail).await? {
+            Created::New(created) => created.name_any(),
+            // Not asked for: a conflict fails the create.
+            Created::Exists => continue,
+            Created::Refused(message) => {
+                refused = Some(message);
+                break;
+            }
         };
-        ctx.metrics.api_write("stormservice", "create", "rolesets");
-        ctx.expect_create(
+        ctx.expectations.expect_create(
             &key,
             ROLESETS,
-            &created.name_any(),
+            &name,
             PendingCreate {
                 slot: Some(create.index),
                 stable: create.stable,
@@ -207,17 +182,16 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         );
     }
     for change in &pass.moves {
-        move_in_place(&api, change, ctx).await?;
+        move_in_place(&writes, change).await?;
     }
     for (name, spec) in &pass.respec {
         let patch = json!([{"op": "replace", "path": "/spec", "value": spec}]);
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Json::<()>(serde_json::from_value(patch).expect("a JSON patch")),
-        )
-        .await?;
-        ctx.metrics.api_write("stormservice", "patch", "rolesets");
+        writes
+            .patch(
+                name,
+                &Patch::Json::<()>(serde_json::from_value(patch).expect("a JSON patch")),
+            )
+            .await?;
     }
     if !action.is_empty() {
         // The reconcile's span names the StormService.
@@ -258,7 +232,6 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
         }
         record_durations(transition, service, &revisions, ctx, now);
         ctx.publish(
-            "stormservice",
             service,
             None,
             transition.reason,
@@ -386,11 +359,7 @@ fn record_durations(
 
 /// Carries out an in-place move (pooled mode), conditional on the version it was decided
 /// from.
-async fn move_in_place(
-    api: &Api<RoleSet>,
-    change: &InPlaceMove,
-    ctx: &Context,
-) -> Result<(), Error> {
+async fn move_in_place(writes: &Writes<'_, RoleSet>, change: &InPlaceMove) -> Result<(), Error> {
     let escape = |key: &str| key.replace('~', "~0").replace('/', "~1");
     let mut ops = vec![
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": change.resource_version}),
@@ -407,13 +376,12 @@ async fn move_in_place(
             ops.push(json!({"op": "add", "path": format!("/metadata/{field}/{}", escape(key)), "value": value}));
         }
     }
-    api.patch(
-        &change.name,
-        &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(json!(ops)).expect("a JSON patch")),
-    )
-    .await?;
-    ctx.metrics.api_write("stormservice", "patch", "rolesets");
+    writes
+        .patch(
+            &change.name,
+            &Patch::Json::<()>(serde_json::from_value(json!(ops)).expect("a JSON patch")),
+        )
+        .await?;
     Ok(())
 }
 
@@ -427,7 +395,7 @@ async fn sync_headless_service(
     ctx: &Context,
 ) -> Result<Option<String>, Error> {
     let namespace = service.namespace().unwrap_or_default();
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let writes = Writes::<Service>::beside(ctx, service);
     let name = service.name_any();
     let cached = ctx
         .caches
@@ -438,11 +406,9 @@ async fn sync_headless_service(
         Some(ours) => ours,
         None => {
             let desired = headless_service(service);
-            match api.create(&PostParams::default(), &desired).await {
-                Ok(_) => {
-                    ctx.metrics.api_write("stormservice", "create", "services");
+            match writes.create(&desired, OnConflict::Exists).await? {
+                Created::New(_) => {
                     ctx.publish(
-                        "stormservice",
                         service,
                         None,
                         "HeadlessServiceSynced",
@@ -453,13 +419,13 @@ async fn sync_headless_service(
                     return Ok(None);
                 }
                 // Somebody else's, or ours from before it was labelled: read it once.
-                Err(kube::Error::Api(status)) if status.code == 409 => {
-                    match api.get_opt(&name).await? {
-                        Some(existing) => Arc::new(existing),
-                        None => return Ok(None),
-                    }
+                Created::Exists => match writes.get(&name).await? {
+                    Some(existing) => Arc::new(existing),
+                    None => return Ok(None),
+                },
+                Created::Refused(message) => {
+                    return Err(Error::Refused(format!("the headless Service: {message}")));
                 }
-                Err(e) => return Err(e.into()),
             }
         }
     };
@@ -471,7 +437,6 @@ async fn sync_headless_service(
         );
         if ctx.once_per_generation(service, "service conflict") {
             ctx.warn(
-                "stormservice",
                 service,
                 "ServiceConflict",
                 "SyncHeadlessService",
@@ -482,9 +447,7 @@ async fn sync_headless_service(
         return Ok(Some(message));
     }
     if let Some(patch) = headless_service_repair(&existing, &name) {
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        ctx.metrics.api_write("stormservice", "patch", "services");
+        writes.patch(&name, &Patch::Merge(&patch)).await?;
     }
     Ok(None)
 }
@@ -524,16 +487,14 @@ async fn announce_cut_over(
         plan.rolesets.len() - kept
     );
     tracing::info!(%note, "cut-over");
-    ctx.publish("stormservice", service, None, "CutOver", "Adopt", note)
-        .await;
+    ctx.publish(service, None, "CutOver", "Adopt", note).await;
 }
 
 /// Finds or writes the update revision of the template (docs/rollouts.md#replica-and-pooled-mode):
 /// the newest equal revision is reused; an older equal one is a rollback and becomes the newest;
 /// else a new revision is written.
 async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisions, Error> {
-    let api: Api<ControllerRevision> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let writes = Writes::<ControllerRevision>::beside(ctx, service);
     // Copied out of the cache: the history is bounded by `revisionHistoryLimit`.
     let mut history: Vec<ControllerRevision> = owned_children(&ctx.caches.revisions, service)
         .into_iter()
@@ -548,16 +509,9 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
         UpdateRevision::Newest(i) => history[i].clone(),
         UpdateRevision::Rollback { index, revision } => {
             let patch = json!({"revision": revision});
-            let bumped = api
-                .patch(
-                    &history[index].name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await?;
-            ctx.metrics
-                .api_write("stormservice", "patch", "controllerrevisions");
-            bumped
+            writes
+                .patch(&history[index].name_any(), &Patch::Merge(&patch))
+                .await?
         }
         UpdateRevision::Create { revision } | UpdateRevision::Adopt { revision } => {
             // The first revision squall writes over one another controller wrote (its name
@@ -567,9 +521,7 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
                 .filter(|newest| collision_count_of(newest).is_none())
                 .map(ResourceExt::name_any);
             let (created, count) =
-                write_revision(&api, service, template, revision, collision_count).await?;
-            ctx.metrics
-                .api_write("stormservice", "create", "controllerrevisions");
+                write_revision(&writes, service, template, revision, collision_count).await?;
             collision_count = count;
             created
         }
@@ -608,12 +560,10 @@ async fn truncate_history(
     if expired.is_empty() {
         return Ok(());
     }
-    let api: Api<ControllerRevision> =
-        Api::namespaced(ctx.client.clone(), &service.namespace().unwrap_or_default());
+    let writes = Writes::<ControllerRevision>::beside(ctx, service);
     let revision_uids = uids(&revisions.history);
     for name in &expired {
-        let uid = revision_uids.get(name);
-        delete_child(&api, name, uid, ctx, "stormservice", "controllerrevisions").await?;
+        writes.delete(name, revision_uids.get(name)).await?;
     }
     Ok(())
 }
@@ -628,7 +578,8 @@ async fn write_conditions(
 ) -> Result<(), Error> {
     let stored = service.status.as_ref();
     let status = with_conditions(stored, conditions, service.metadata.generation);
-    ctx.write_status("stormservice", service, stored, None, &status, None)
+    ctx.status
+        .write(service, stored, None, &status, None)
         .await?;
     Ok(())
 }
@@ -675,8 +626,8 @@ async fn write_status(
         );
     }
     let status_write = ctx
-        .write_status(
-            "stormservice",
+        .status
+        .write(
             service,
             service.status.as_ref(),
             None,

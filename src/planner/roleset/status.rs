@@ -29,8 +29,77 @@ pub fn role_status(input: &RoleInput) -> RoleStatus {
     }
 }
 
-/// Why a RoleSet's pass could not do all it should (reason, message).
-pub type Failure = (&'static str, String);
+/// Why a RoleSet's pass could not do all it should: its `ReplicaFailure` condition, by
+/// reason, with the message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The API server refused creates (quota, admission, validation), by role.
+    FailedCreate(String),
+    /// The spec or the observed children could not be planned (an invalid spec, a
+    /// revision that cannot be read).
+    ReconcileError(String),
+    /// The gang's PodGroup is another's.
+    PodGroupConflict(String),
+    /// A PodGroup is asked for whose CRD is not installed: pods are created without the
+    /// gang guarantee.
+    PodGroupCrdMissing(String),
+}
+
+impl Failure {
+    /// The condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::FailedCreate(_) => "FailedCreate",
+            Self::ReconcileError(_) => "ReconcileError",
+            Self::PodGroupConflict(_) => "PodGroupConflict",
+            Self::PodGroupCrdMissing(_) => "PodGroupCRDMissing",
+        }
+    }
+
+    /// The condition's message.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::FailedCreate(m)
+            | Self::ReconcileError(m)
+            | Self::PodGroupConflict(m)
+            | Self::PodGroupCrdMissing(m) => m,
+        }
+    }
+}
+
+/// What a RoleSet pass met that kept it from doing all it should.
+#[derive(Clone, Debug, Default)]
+pub struct Obstacles {
+    /// Creates the API server refused, by role.
+    pub refused: Vec<String>,
+    /// What the planner's pass could not plan.
+    pub problems: Vec<String>,
+    /// The gang's PodGroup is another's: why.
+    pub podgroup_conflict: Option<String>,
+    /// A PodGroup is asked for whose CRD is not installed: what that means.
+    pub podgroup_crd_missing: Option<String>,
+}
+
+/// The one failure the status reports when several hold: a refused create first (no pod
+/// exists until the user acts), then what could not be planned, then a PodGroup another
+/// controls, then a missing PodGroup CRD (pods run, without the gang guarantee).
+pub fn failure(obstacles: Obstacles) -> Option<Failure> {
+    let Obstacles {
+        refused,
+        problems,
+        podgroup_conflict,
+        podgroup_crd_missing,
+    } = obstacles;
+    if !refused.is_empty() {
+        Some(Failure::FailedCreate(refused.join("; ")))
+    } else if !problems.is_empty() {
+        Some(Failure::ReconcileError(problems.join("; ")))
+    } else if let Some(message) = podgroup_conflict {
+        Some(Failure::PodGroupConflict(message))
+    } else {
+        podgroup_crd_missing.map(Failure::PodGroupCrdMissing)
+    }
+}
 
 /// What a RoleSet without a status means to every reader (the StormService controller, a
 /// `kubectl wait`): nothing Ready yet. A first status that says no more than that may wait
@@ -91,22 +160,22 @@ pub fn roleset_status(
             generation,
             now,
         ),
-        Some((_, message)) => condition(
+        Some(failure) => condition(
             CONDITION_READY,
             "False",
             "ReplicaFailure",
-            message.clone(),
+            failure.message().to_string(),
             generation,
             now,
         ),
     };
     let mut conditions = vec![ready];
-    if let Some((reason, message)) = failure {
+    if let Some(failure) = failure {
         conditions.push(condition(
             CONDITION_REPLICA_FAILURE,
             "True",
-            reason,
-            message,
+            failure.reason(),
+            failure.message().to_string(),
             generation,
             now,
         ));
@@ -221,7 +290,7 @@ mod tests {
     #[test]
     fn a_failure_is_its_own_condition_and_makes_ready_false() {
         let inputs = [role("decode", 1, vec![pod("new", true, false)])];
-        let failure = Some(("FailedCreate", "quota".to_string()));
+        let failure = Some(Failure::FailedCreate("quota".to_string()));
         let conditions = roleset_status(Some(1), &inputs, failure, None, at(0))
             .conditions
             .unwrap();
@@ -301,7 +370,7 @@ mod tests {
         let failed = roleset_status(
             Some(1),
             &inputs(false),
-            Some(("FailedCreate", "quota".into())),
+            Some(Failure::FailedCreate("quota".into())),
             None,
             at(5),
         );
@@ -341,7 +410,7 @@ mod tests {
         let failed = roleset_status(
             Some(1),
             &roles(true),
-            Some(("FailedCreate", "quota".into())),
+            Some(Failure::FailedCreate("quota".into())),
             Some(&before),
             at(1),
         );
@@ -366,12 +435,12 @@ mod tests {
                 .map(|&(new, ready, terminating)| pod(if new { "new" } else { "old" }, ready, terminating))
                 .collect();
             let inputs = [role("decode", desired, views)];
-            let failure = || failed.then(|| ("FailedCreate", "quota".to_string()));
+            let failure = || failed.then(|| Failure::FailedCreate("quota".to_string()));
             let first = roleset_status(Some(2), &inputs, failure(), None, at(0));
             let again = roleset_status(Some(2), &inputs, failure(), Some(&first), at(later));
             prop_assert_eq!(&again, &first);
             // A condition that flips takes the new time; one that holds keeps its own.
-            let flipped = roleset_status(Some(2), &inputs, (!failed).then(|| ("FailedCreate", "quota".to_string())), Some(&first), at(later));
+            let flipped = roleset_status(Some(2), &inputs, (!failed).then(|| Failure::FailedCreate("quota".to_string())), Some(&first), at(later));
             let ready_before = &first.conditions.as_ref().unwrap()[0];
             let ready_after = &flipped.conditions.as_ref().unwrap()[0];
             if ready_before.status == ready_after.status {
@@ -380,5 +449,53 @@ mod tests {
                 prop_assert_eq!(&ready_after.last_transition_time, &Some(Time(at(later))));
             }
         }
+    }
+
+    #[test]
+    fn a_refused_create_wins_then_what_could_not_be_planned_then_the_podgroup() {
+        let all = || Obstacles {
+            refused: vec!["role decode: quota".into()],
+            problems: vec!["revision unreadable".into()],
+            podgroup_conflict: Some("another's PodGroup".into()),
+            podgroup_crd_missing: Some("no CRD".into()),
+        };
+        assert_eq!(
+            failure(all()),
+            Some(Failure::FailedCreate("role decode: quota".into()))
+        );
+        let planned = Obstacles {
+            refused: Vec::new(),
+            ..all()
+        };
+        assert_eq!(
+            failure(planned.clone()),
+            Some(Failure::ReconcileError("revision unreadable".into()))
+        );
+        let conflict = Obstacles {
+            problems: Vec::new(),
+            ..planned
+        };
+        assert_eq!(
+            failure(conflict.clone()),
+            Some(Failure::PodGroupConflict("another's PodGroup".into()))
+        );
+        let missing = Obstacles {
+            podgroup_conflict: None,
+            ..conflict
+        };
+        let reported = failure(missing).expect("the missing CRD");
+        assert_eq!(
+            (reported.reason(), reported.message()),
+            ("PodGroupCRDMissing", "no CRD")
+        );
+        assert_eq!(failure(Obstacles::default()), None);
+        let two = Obstacles {
+            refused: vec!["role a: quota".into(), "role b: quota".into()],
+            ..Obstacles::default()
+        };
+        assert_eq!(
+            failure(two).map(|f| f.message().to_string()),
+            Some("role a: quota; role b: quota".into())
+        );
     }
 }

@@ -15,6 +15,10 @@
 //! controller (its UID, one of B's pod names) is never one of B's children; it is reported
 //! once and counted (`squall_foreign_owner_claims`).
 
+pub mod decoded;
+pub mod podgroups;
+pub mod scope;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -29,10 +33,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::decoded::Decoded;
 use crate::api::bounded_status::CheckedStatus;
 use crate::api::controller_uid;
 use crate::metrics::Metrics;
+use decoded::Decoded;
 
 /// Changes waiting for one subscribed controller. Bounded: a controller that stops taking
 /// them slows its watch down (backpressure) instead of growing memory.

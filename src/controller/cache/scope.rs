@@ -1,0 +1,164 @@
+//! The shared caches of one scope: one watch per kind, read by every controller.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use super::podgroups;
+use super::{Cache, DecodeWarning, controlled_by_kind, decoded};
+use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
+use crate::api::pod::CachedPod;
+use crate::api::podgroup::PodGroupCrds;
+use crate::api::{PodSet, RoleSet, StormService};
+use crate::controller::events::publish_event;
+use crate::metrics::Metrics;
+
+/// The shared caches of one scope (a namespace, or all of them): one watch per kind, read by
+/// every controller.
+pub struct Caches {
+    /// Pods controlled by a RoleSet or a PodSet. Their watch has no label selector: a RoleSet's
+    /// pods and a PodSet's carry different labels, and selectors cannot be OR'ed.
+    pub pods: Arc<Cache<CachedPod>>,
+    /// Every PodSet.
+    pub podsets: Arc<Cache<PodSet>>,
+    /// Every RoleSet.
+    pub rolesets: Arc<Cache<RoleSet>>,
+    /// Every StormService.
+    pub stormservices: Arc<Cache<StormService>>,
+    /// ControllerRevisions controlled by a StormService.
+    pub revisions: Arc<Cache<ControllerRevision>>,
+    /// Headless Services controlled by a StormService.
+    pub services: Arc<Cache<Service>>,
+    /// The gang schedulers' PodGroups, each cache started once its CRD is found.
+    pub podgroups: Arc<podgroups::PodGroupCaches>,
+}
+
+impl Caches {
+    /// The caches of `namespace` (all namespaces when `None`), with the futures that fill
+    /// them (run them before reading).
+    pub fn new(
+        client: &Client,
+        namespace: Option<&str>,
+        metrics: &Arc<Metrics>,
+        podgroup_crds: watch::Receiver<PodGroupCrds>,
+    ) -> (Arc<Self>, Vec<BoxFuture<'static, ()>>) {
+        let (warnings, warned) = tokio::sync::mpsc::channel(DECODE_WARNINGS_QUEUED);
+        let mut drivers: Vec<BoxFuture<'static, ()>> = vec![Box::pin(publish_decode_warnings(
+            warned,
+            client.clone(),
+            metrics.clone(),
+        ))];
+        macro_rules! cache {
+            ($kind:ty, $config:expr, $keep:expr) => {{
+                let (cache, driver) = Cache::<$kind>::new(
+                    scoped::<decoded::Decoded<$kind>>(client, namespace),
+                    $config,
+                    $keep,
+                    metrics.clone(),
+                );
+                drivers.push(Box::pin(driver.warning_to(warnings.clone()).run()));
+                cache
+            }};
+        }
+        let all = watcher::Config::default;
+        let caches = Self {
+            pods: cache!(CachedPod, all(), |p: &CachedPod| {
+                controlled_by_kind::<RoleSet>(&p.metadata)
+                    || controlled_by_kind::<PodSet>(&p.metadata)
+            }),
+            podsets: cache!(PodSet, all(), |_: &PodSet| true),
+            rolesets: cache!(RoleSet, all(), |_: &RoleSet| true),
+            stormservices: cache!(StormService, all(), |_: &StormService| true),
+            revisions: cache!(
+                ControllerRevision,
+                all().labels(LABEL_REVISION_OWNER),
+                |r: &ControllerRevision| controlled_by_kind::<StormService>(&r.metadata)
+            ),
+            services: cache!(
+                Service,
+                all().labels(LABEL_STORM_SERVICE_NAME),
+                |s: &Service| controlled_by_kind::<StormService>(&s.metadata)
+            ),
+            podgroups: Arc::default(),
+        };
+        drivers.push(Box::pin(caches.podgroups.clone().run(
+            podgroup_crds,
+            client.clone(),
+            namespace.map(String::from),
+            metrics.clone(),
+        )));
+        (Arc::new(caches), drivers)
+    }
+
+    /// Resolves once every cache holds its first list.
+    pub async fn ready(&self) {
+        futures::join!(
+            self.pods.ready(),
+            self.podsets.ready(),
+            self.rolesets.ready(),
+            self.stormservices.ready(),
+            self.revisions.ready(),
+            self.services.ready(),
+        );
+    }
+}
+
+/// Warning events about undecodable objects waiting to be published; past it, one is only
+/// logged: a tenant rewriting a bad object as fast as it can gets no more events than the
+/// API server answers, and the watches never wait for one.
+const DECODE_WARNINGS_QUEUED: usize = 64;
+
+/// Publishes a Warning event about each object the caches report as not decoding (in its own
+/// namespace, where its owner looks), one at a time, until the caches stop.
+async fn publish_decode_warnings(
+    mut warned: tokio::sync::mpsc::Receiver<DecodeWarning>,
+    client: Client,
+    metrics: Arc<Metrics>,
+) {
+    let events = Recorder::new(client, FIELD_MANAGER.into());
+    while let Some(warning) = warned.recv().await {
+        let (reason, note) = if warning.status_only {
+            (
+                "StatusNotDecoded",
+                format!(
+                    "the stored status is not used: {}; the controller derives it afresh",
+                    warning.reason
+                ),
+            )
+        } else {
+            (
+                "ObjectNotDecoded",
+                format!(
+                    "not reconciled until it decodes: {}; the last version read, if any, is kept",
+                    warning.reason
+                ),
+            )
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Watch".into(),
+            secondary: None,
+        };
+        publish_event(&events, &metrics, "cache", &event, &warning.regarding).await;
+    }
+}
+
+/// An API over one namespace, or over all of them.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}

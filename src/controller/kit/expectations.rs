@@ -1,0 +1,180 @@
+//! Creates and deletes issued and not yet observed, per owner and role: a lagging cache
+//! never makes a pass create or delete a child twice (docs/architecture.md#one-reconcile).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long an unobserved create or delete is waited for before it is assumed lost.
+pub const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A create issued and not yet observed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingCreate {
+    /// Slot of a stateful role's pod.
+    pub slot: Option<u32>,
+    /// Created from the stable template (docs/rollouts.md#the-pooled-canary-the-role-rollout-block)
+    /// rather than the target one.
+    pub stable: bool,
+}
+
+/// Creates and deletes issued for one role of one owner and not yet observed.
+#[derive(Clone, Debug, Default)]
+pub struct Expectation {
+    /// Names of created pods not yet seen.
+    pub creates: BTreeMap<String, PendingCreate>,
+    /// Names of pods whose deletion was issued and which are still seen without a
+    /// `deletionTimestamp`.
+    pub deletes: BTreeSet<String>,
+    since: Option<Instant>,
+}
+
+impl Expectation {
+    /// Creates from the target (`stable` false) or stable template not yet observed.
+    pub fn pending_creates(&self, stable: bool) -> u32 {
+        self.creates.values().filter(|c| c.stable == stable).count() as u32
+    }
+
+    /// Slots of stateful creates issued and not yet observed.
+    pub fn pending_slots(&self) -> BTreeSet<u32> {
+        self.creates.values().filter_map(|c| c.slot).collect()
+    }
+}
+
+/// The expectations of one controller, by (owner UID, role).
+#[derive(Debug, Default)]
+pub struct Expectations(Mutex<HashMap<(String, String), Expectation>>);
+
+impl Expectations {
+    /// Settles expectations against the children observed now (name, terminating) and
+    /// returns what is still pending for `role` of `owner`.
+    pub fn observe(
+        &self,
+        owner: &str,
+        role: &str,
+        seen: impl IntoIterator<Item = (String, bool)>,
+    ) -> Expectation {
+        let mut all = self.0.lock().expect("expectations lock");
+        let entry = all
+            .entry((owner.to_string(), role.to_string()))
+            .or_default();
+        // Name -> terminating, for the children observed now.
+        let seen: HashMap<String, bool> = seen.into_iter().collect();
+        entry.creates.retain(|name, _| !seen.contains_key(name));
+        entry.deletes.retain(|name| seen.get(name) == Some(&false));
+        if entry.creates.is_empty() && entry.deletes.is_empty() {
+            entry.since = None;
+        } else if entry
+            .since
+            .is_some_and(|t| t.elapsed() > EXPECTATION_TIMEOUT)
+        {
+            tracing::warn!(
+                owner,
+                role,
+                "expected pod changes were never observed; re-planning"
+            );
+            *entry = Expectation::default();
+        }
+        entry.clone()
+    }
+
+    fn touch(&self, owner: &str, role: &str, update: impl FnOnce(&mut Expectation)) {
+        let mut all = self.0.lock().expect("expectations lock");
+        let entry = all
+            .entry((owner.to_string(), role.to_string()))
+            .or_default();
+        update(entry);
+        entry.since.get_or_insert_with(Instant::now);
+    }
+
+    /// Records a create.
+    pub fn expect_create(&self, owner: &str, role: &str, name: &str, create: PendingCreate) {
+        self.touch(owner, role, |e| {
+            e.creates.insert(name.to_string(), create);
+        });
+    }
+
+    /// Records a delete the API server accepted. Recorded after the request: a delete that
+    /// failed (the API server restarting) is sent again by the next pass, not awaited for
+    /// [`EXPECTATION_TIMEOUT`].
+    pub fn expect_delete(&self, owner: &str, role: &str, name: &str) {
+        self.touch(owner, role, |e| {
+            e.deletes.insert(name.to_string());
+        });
+    }
+
+    /// Drops everything recorded for the owner with UID `owner`.
+    pub fn forget(&self, owner: &str) {
+        self.0
+            .lock()
+            .expect("expectations lock")
+            .retain(|(o, _), _| o != owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn issued_changes_are_pending_until_observed_or_until_they_time_out() {
+        let expectations = Expectations::default();
+        let create = PendingCreate {
+            slot: Some(2),
+            stable: false,
+        };
+        expectations.expect_create("owner", "decode", "pod-a", create);
+        expectations.expect_delete("owner", "decode", "pod-b");
+        let pending = expectations.observe("owner", "decode", [("pod-b".into(), false)]);
+        assert_eq!(pending.pending_creates(false), 1);
+        assert_eq!(pending.pending_slots(), BTreeSet::from([2]));
+        assert!(
+            pending.deletes.contains("pod-b"),
+            "still seen, not terminating"
+        );
+        // Observed: the create is there, the delete is under way.
+        let pending = expectations.observe(
+            "owner",
+            "decode",
+            [("pod-a".into(), false), ("pod-b".into(), true)],
+        );
+        assert!(pending.creates.is_empty() && pending.deletes.is_empty());
+
+        // A create never observed is given up after the timeout, not before.
+        expectations.expect_create("owner", "decode", "pod-c", create);
+        tokio::time::advance(EXPECTATION_TIMEOUT).await;
+        let seen: [(String, bool); 0] = [];
+        assert_eq!(
+            expectations
+                .observe("owner", "decode", seen.clone())
+                .creates
+                .len(),
+            1
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            expectations
+                .observe("owner", "decode", seen)
+                .creates
+                .is_empty(),
+            "re-planned once the timeout passed"
+        );
+
+        expectations.expect_delete("owner", "prefill", "pod-d");
+        expectations.expect_delete("other", "prefill", "pod-e");
+        expectations.forget("owner");
+        let seen = [("pod-d".to_string(), false), ("pod-e".to_string(), false)];
+        assert!(
+            expectations
+                .observe("owner", "prefill", seen.clone())
+                .deletes
+                .is_empty()
+        );
+        assert_eq!(
+            expectations.observe("other", "prefill", seen).deletes.len(),
+            1
+        );
+    }
+}
