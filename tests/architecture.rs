@@ -510,3 +510,138 @@ fn the_controllers_read_the_wall_clock_in_one_place() {
         "the controllers read the wall clock only in `wall_clock`"
     );
 }
+
+/// The functions of `file`'s production code longer than `limit` lines, as `name (lines)`. A
+/// function ends at the first `}` at the indentation of its `fn` line (rustfmt's layout); a
+/// declaration without a body, or a body closed on its last signature line, is short.
+fn functions_longer_than(file: &Path, limit: usize) -> Vec<String> {
+    let code = production_code(file);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut long = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let signature = [
+            "fn ",
+            "pub fn ",
+            "pub(crate) fn ",
+            "pub(super) fn ",
+            "async fn ",
+            "pub async fn ",
+            "pub(crate) async fn ",
+            "pub(super) async fn ",
+            "const fn ",
+            "pub const fn ",
+        ];
+        let Some(rest) = signature.iter().find_map(|s| trimmed.strip_prefix(s)) else {
+            continue;
+        };
+        let indent = &line[..line.len() - trimmed.len()];
+        let Some(opens) = lines[at..].iter().position(|l| {
+            l.trim_end().ends_with('{')
+                || l.trim_end().ends_with(';')
+                || l.trim_end().ends_with('}')
+        }) else {
+            continue;
+        };
+        if !lines[at + opens].trim_end().ends_with('{') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let Some(end) = lines[at + opens + 1..].iter().position(|l| *l == close) else {
+            continue;
+        };
+        let length = opens + end + 2;
+        if length > limit {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            long.push(format!("{name} ({length} lines)"));
+        }
+    }
+    long
+}
+
+#[test]
+fn no_planner_function_is_over_150_lines() {
+    // A decision longer than this is several decisions: name them (docs/architecture.md).
+    const LIMIT: usize = 150;
+    let long: Vec<String> = rust_files(&root().join("src").join("planner"))
+        .iter()
+        .flat_map(|file| {
+            functions_longer_than(file, LIMIT)
+                .into_iter()
+                .map(move |f| format!("{}: {f}", file.strip_prefix(root()).unwrap().display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "planner functions over {LIMIT} lines: {long:#?}"
+    );
+}
+
+#[test]
+fn the_length_check_sees_a_long_function() {
+    let dir = std::env::temp_dir().join(format!("squall-architecture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("long.rs");
+    let body = "    let x = 1;\n".repeat(200);
+    std::fs::write(
+        &file,
+        format!("fn short() -> u32 {{ 1 }}\n\npub fn long(\n    a: u32,\n) -> u32 {{\n{body}    a\n}}\n\nfn after() {{}}\n"),
+    )
+    .unwrap();
+    let found = functions_longer_than(&file, 150);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(found, ["long (205 lines)"]);
+}
+
+#[test]
+fn no_folder_holds_more_than_about_4000_lines_of_its_own() {
+    // Past this a folder is several concerns: give them sub-folders. "About": a folder just
+    // over it is named in the assertion, and the split waits for its next concern.
+    const LIMIT: usize = 4_500;
+    let crowded: Vec<String> = source_folders()
+        .into_iter()
+        .filter_map(|folder| {
+            let dir = root().join("src").join(&folder);
+            let lines: usize = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+                .map(|path| std::fs::read_to_string(path).unwrap().lines().count())
+                .sum();
+            (lines > LIMIT).then(|| format!("src/{folder}: {lines} lines"))
+        })
+        .collect();
+    assert!(
+        crowded.is_empty(),
+        "folders over {LIMIT} lines of their own files: {crowded:?}"
+    );
+}
+
+#[test]
+fn each_controller_says_its_name_once() {
+    // A controller's name is its `Owner::CONTROLLER`; its writes, events and metrics take it
+    // from its context, never from a string passed along.
+    let names = ["\"stormservice\"", "\"roleset\"", "\"podset\""];
+    let mut found = Vec::new();
+    for file in rust_files(&root().join("src").join("controller")) {
+        for (number, line) in production_code(&file).lines().enumerate() {
+            if names.iter().any(|n| line.contains(n))
+                && !line.trim_start().starts_with("const CONTROLLER")
+            {
+                found.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(root()).unwrap().display(),
+                    number + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "controller names written outside Owner::CONTROLLER: {found:#?}"
+    );
+}
