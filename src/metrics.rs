@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::webhook::Hook;
+use crate::admission::hook::Hook;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdmissionLabels {
@@ -126,16 +126,6 @@ impl AdmissionOutcome {
             Self::TooLarge => "too_large",
             Self::Overloaded => "overloaded",
             Self::Error => "error",
-        }
-    }
-}
-
-impl From<crate::webhook::Verdict> for AdmissionOutcome {
-    fn from(verdict: crate::webhook::Verdict) -> Self {
-        match verdict {
-            crate::webhook::Verdict::Allowed => Self::Allowed,
-            crate::webhook::Verdict::Patched => Self::Patched,
-            crate::webhook::Verdict::Denied => Self::Denied,
         }
     }
 }

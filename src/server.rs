@@ -36,10 +36,11 @@ use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::admission::hook::Hook;
 use crate::api::podgroup::PodGroupCrds;
 use crate::api::tenancy::ConfiguredEndpoint;
 use crate::metrics::{AdmissionOutcome, Metrics};
-use crate::webhook::{self, Hook};
+use crate::webhook;
 
 /// Largest accepted request body: object and oldObject of a 3 MiB object, with room.
 pub const BODY_LIMIT: usize = 8 << 20;

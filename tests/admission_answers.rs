@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use squall::webhook::{Hook, review};
+use squall::admission::hook::Hook;
+use squall::webhook::review;
 
 const GOLDEN: &str = "tests/fixtures/admission-answers.json";
 

@@ -645,3 +645,21 @@ fn each_controller_says_its_name_once() {
         "controller names written outside Owner::CONTROLLER: {found:#?}"
     );
 }
+
+#[test]
+fn the_metrics_know_nothing_of_who_reports_to_them() {
+    // The webhooks, controllers and servers record into the metrics; the metrics name the
+    // webhooks from admission's own list (`admission::hook`), never from the server's code.
+    let text = production_code(&root().join("src").join("metrics.rs"));
+    let reached: Vec<&str> = [
+        "crate::webhook",
+        "crate::controller",
+        "crate::server",
+        "crate::cli",
+        "crate::admin",
+    ]
+    .into_iter()
+    .filter(|module| text.contains(module))
+    .collect();
+    assert!(reached.is_empty(), "src/metrics.rs imports {reached:?}");
+}

@@ -13,13 +13,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
+use squall::admission::hook::Hook;
 use squall::api::podgroup::PodGroupCrds;
 use squall::metrics::Metrics;
 use squall::server::{
     BODY_BYTES_IN_FLIGHT, BODY_LIMIT, CertResolver, H2_MAX_CONCURRENT_STREAMS, INLINE_REVIEW_LIMIT,
     admission_router, serve_tls, tls_config, webhook_router,
 };
-use squall::webhook::{Answer, BadRequest, Hook, Verdict};
+use squall::webhook::{Answer, BadRequest, Verdict};
 use time::OffsetDateTime;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;

@@ -551,7 +551,8 @@ fn an_oversized_role_list_is_one_error_and_no_per_role_work() {
 /// role, a 227 MB response to a 3 MB review); its answer stays small.
 #[test]
 fn an_oversized_role_list_gets_no_patch() {
-    use squall::webhook::{Hook, Verdict, review};
+    use squall::admission::hook::Hook;
+    use squall::webhook::{Verdict, review};
     let body = serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
@@ -576,7 +577,8 @@ fn an_oversized_role_list_gets_no_patch() {
 /// webhook allows (`PATCH_HEADROOM`; past it, it denies).
 #[test]
 fn the_largest_legal_patch_fits_the_bound() {
-    use squall::webhook::{Hook, PATCH_HEADROOM, Verdict, review};
+    use squall::admission::hook::Hook;
+    use squall::webhook::{PATCH_HEADROOM, Verdict, review};
     let roles: Vec<Value> = (0..squall::api::limits::MAX_ROLES)
         .map(|i| json!({"name": format!("r{i}")}))
         .collect();

@@ -139,8 +139,8 @@ async fn main() {
     let ca = std::fs::read_to_string(operator.cert_dir.join("ca.crt")).expect("ca.crt");
     let h1 = tls_config(&ca, b"http/1.1");
     let addr = operator.webhook_addr;
-    let mutate = squall::webhook::Hook::MutateStormService.path();
-    let validate = squall::webhook::Hook::ValidateStormService.path();
+    let mutate = squall::admission::hook::Hook::MutateStormService.path();
+    let validate = squall::admission::hook::Hook::ValidateStormService.path();
 
     // /healthz every 100 ms, from its own thread: the worst latency and any failure.
     let probing = Arc::new(AtomicBool::new(true));

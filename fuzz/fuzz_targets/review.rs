@@ -5,7 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use squall::webhook::{Hook, fast_paths_agree, review};
+use squall::admission::hook::Hook;
+use squall::webhook::{fast_paths_agree, review};
 
 fuzz_target!(|body: &[u8]| {
     for hook in Hook::ALL {

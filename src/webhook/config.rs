@@ -8,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::ObjectMeta;
 
-use super::Hook;
+use crate::admission::hook::Hook;
 use crate::api::{GROUP, VERSION};
 
 /// Settings of the registered configurations.

@@ -17,6 +17,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::admission::defaulting::{PatchWriter, write_defaults, write_view_defaults};
+use crate::admission::hook::Hook;
 use crate::admission::scan::{self, Scanner, Seen};
 use crate::admission::validation::{
     FieldError, OwnedKind, Report, View, validate_json, validate_view,
@@ -25,92 +26,7 @@ use crate::api::GROUP;
 use crate::api::borrowed::Str;
 use crate::api::podgroup::PodGroupCrds;
 use crate::api::tenancy::ConfiguredEndpoint;
-
-/// One admission webhook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Hook {
-    /// Defaults (and sidecar injection) for StormServices.
-    MutateStormService,
-    /// Validation of StormServices.
-    ValidateStormService,
-    /// Defaults for RoleSets.
-    MutateRoleSet,
-    /// Validation of RoleSets.
-    ValidateRoleSet,
-}
-
-impl Hook {
-    /// Every webhook.
-    pub const ALL: [Hook; 4] = [
-        Hook::MutateStormService,
-        Hook::ValidateStormService,
-        Hook::MutateRoleSet,
-        Hook::ValidateRoleSet,
-    ];
-
-    /// The URL path (AIBrix's where AIBrix has one).
-    pub fn path(self) -> &'static str {
-        match self {
-            Hook::MutateStormService => "/mutate-orchestration-aibrix-ai-v1alpha1-stormservice",
-            Hook::ValidateStormService => "/validate-orchestration-aibrix-ai-v1alpha1-stormservice",
-            Hook::MutateRoleSet => "/mutate-orchestration-aibrix-ai-v1alpha1-roleset",
-            Hook::ValidateRoleSet => "/validate-orchestration-aibrix-ai-v1alpha1-roleset",
-        }
-    }
-
-    /// The webhook's name in its configuration; denials start with it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Hook::MutateStormService => "mstormservice.squall.dev",
-            Hook::ValidateStormService => "vstormservice.squall.dev",
-            Hook::MutateRoleSet => "mroleset.squall.dev",
-            Hook::ValidateRoleSet => "vroleset.squall.dev",
-        }
-    }
-
-    /// The kind it admits.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Hook::MutateStormService | Hook::ValidateStormService => "StormService",
-            Hook::MutateRoleSet | Hook::ValidateRoleSet => "RoleSet",
-        }
-    }
-
-    /// The resource (plural) it admits.
-    pub fn resource(self) -> &'static str {
-        match self {
-            Hook::MutateStormService | Hook::ValidateStormService => "stormservices",
-            Hook::MutateRoleSet | Hook::ValidateRoleSet => "rolesets",
-        }
-    }
-
-    /// Its position in [`Hook::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The kind it admits, as validation names it.
-    pub fn owned_kind(self) -> OwnedKind {
-        match self {
-            Hook::MutateStormService | Hook::ValidateStormService => OwnedKind::StormService,
-            Hook::MutateRoleSet | Hook::ValidateRoleSet => OwnedKind::RoleSet,
-        }
-    }
-
-    /// Whether it is a mutating webhook.
-    pub fn is_mutating(self) -> bool {
-        matches!(self, Hook::MutateStormService | Hook::MutateRoleSet)
-    }
-
-    /// Label value for metrics: `mutate` or `validate`.
-    pub fn operation(self) -> &'static str {
-        if self.is_mutating() {
-            "mutate"
-        } else {
-            "validate"
-        }
-    }
-}
+use crate::metrics::AdmissionOutcome;
 
 /// The sidecar annotation's name without its '/', which JSON may write escaped: a mutating
 /// review that holds it reads the object whole.
@@ -137,6 +53,16 @@ pub enum Verdict {
     Patched,
     /// Denied.
     Denied,
+}
+
+impl From<Verdict> for AdmissionOutcome {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Allowed => Self::Allowed,
+            Verdict::Patched => Self::Patched,
+            Verdict::Denied => Self::Denied,
+        }
+    }
 }
 
 /// One answered review: the AdmissionReview to send back, and how it was decided.

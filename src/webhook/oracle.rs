@@ -244,8 +244,9 @@ fn inject_into_pod(pod: &mut Map<String, Value>, image: &str, engine: Option<&st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::hook::Hook;
     use crate::api::podgroup::{PodGroupCrds, Scheduler};
-    use crate::webhook::{Hook, mutation};
+    use crate::webhook::mutation;
     use proptest::prelude::*;
 
     /// Absent, `null`, or one of `values`.
