@@ -72,9 +72,8 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
 
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let now = wall_clock();
-    let report = validate_roleset(roleset, None);
-    if !report.is_valid() {
-        let failure = Failure::ReconcileError(format!("invalid spec: {}", report.error_message()));
+    if let Some(message) = ctx.invalid_spec(roleset, |roleset| validate_roleset(roleset, None)) {
+        let failure = Failure::ReconcileError(format!("invalid spec: {message}"));
         return Ok(
             match write_status(roleset, ctx, &[], Some(failure), now).await? {
                 Some(wait) => Action::requeue(wait),

@@ -85,15 +85,14 @@ struct Revisions {
 
 async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     let now = wall_clock();
-    let report = validate_stormservice(service, None);
+    let invalid = ctx.invalid_spec(service, |service| validate_stormservice(service, None));
     let namespace = service.namespace().unwrap_or_default();
     ctx.metrics
-        .invalid_spec(&namespace, &service.name_any(), !report.is_valid());
-    if !report.is_valid() {
+        .invalid_spec(&namespace, &service.name_any(), invalid.is_some());
+    if let Some(message) = invalid {
         // Objects that bypassed the webhook are reported and left alone
         // (docs/architecture.md#one-reconcile).
-        let conditions =
-            invalid_spec_conditions(&report.error_message(), service.metadata.generation, now);
+        let conditions = invalid_spec_conditions(&message, service.metadata.generation, now);
         write_conditions(service, ctx, conditions).await?;
         return Ok(Action::await_change());
     }

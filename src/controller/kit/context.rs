@@ -10,6 +10,7 @@ use kube::{Client, ResourceExt};
 
 use super::expectations::Expectations;
 use super::status_writer::StatusWriter;
+use crate::admission::validation::Report;
 use crate::api::keys::FIELD_MANAGER;
 use crate::controller::aibrix_guard::{self, AibrixGuard};
 use crate::controller::analysis;
@@ -34,6 +35,11 @@ pub struct Context {
     /// The generation each (object, what) was last said for: one entry per object and kind
     /// of message, however often a tenant bumps the generation.
     logged_generations: Mutex<HashMap<(String, &'static str), i64>>,
+    /// By UID: the generation whose spec was last validated, and the validator's message
+    /// when it refused it. Validation reads the name (immutable) and the spec (whose every
+    /// change is a new generation), and serializes the whole object: once per change, not
+    /// once per reconcile. One entry per object, dropped with it.
+    validated: Mutex<HashMap<String, (i64, Option<String>)>>,
     /// Failed reconciles in a row, by (kind, UID).
     failures: Mutex<HashMap<(String, String), u32>>,
     /// Its status writer.
@@ -61,6 +67,7 @@ impl Context {
             metrics,
             expectations: Expectations::default(),
             logged_generations: Mutex::default(),
+            validated: Mutex::default(),
             failures: Mutex::default(),
             guard: None,
             providers: Arc::default(),
@@ -102,7 +109,33 @@ impl Context {
             .lock()
             .expect("failures lock")
             .retain(|(_, o), _| *o != key);
+        self.validated.lock().expect("validated lock").remove(&key);
         self.status.forget(&key);
+    }
+
+    /// The validator's message when it refuses `object`'s spec (None: valid), asking
+    /// `validate` only when the generation changed since the last answer.
+    pub fn invalid_spec<K: kube::Resource>(
+        &self,
+        object: &K,
+        validate: impl FnOnce(&K) -> Report,
+    ) -> Option<String> {
+        let verdict = |report: Report| (!report.is_valid()).then(|| report.error_message());
+        let Some(generation) = object.meta().generation else {
+            return verdict(validate(object));
+        };
+        let key = Self::key(object);
+        if let Some((seen, message)) = self.validated.lock().expect("validated lock").get(&key)
+            && *seen == generation
+        {
+            return message.clone();
+        }
+        let message = verdict(validate(object));
+        self.validated
+            .lock()
+            .expect("validated lock")
+            .insert(key, (generation, message.clone()));
+        message
     }
 
     /// Counts one write (`verb` on `resource`) this controller's API server accepted.
@@ -249,5 +282,45 @@ mod tests {
             assert!(!ctx.once_per_generation(&bumped, "log"));
         }
         assert_eq!(ctx.logged_generations.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_spec_is_validated_once_per_generation() {
+        let ctx = unreachable_context();
+        let asked = std::cell::Cell::new(0);
+        // Two roles of one name: the validator refuses it, naming `spec.roles`.
+        let refuse = |_: &RoleSet| {
+            asked.set(asked.get() + 1);
+            let twice = serde_json::json!({"name": "decode", "replicas": 1, "template": {}});
+            let invalid: RoleSet = serde_json::from_value(serde_json::json!({
+                "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+                "metadata": {"name": "rs"}, "spec": {"roles": [twice, twice]}
+            }))
+            .unwrap();
+            crate::admission::validation::validate_roleset(&invalid, None)
+        };
+        let mut rs = object("a");
+        rs.metadata.generation = Some(1);
+        let first = ctx.invalid_spec(&rs, refuse);
+        assert!(
+            first.as_deref().is_some_and(|m| m.contains("spec.roles")),
+            "{first:?}"
+        );
+        assert_eq!(ctx.invalid_spec(&rs, refuse), first);
+        assert_eq!(asked.get(), 1, "the same generation is not validated again");
+        rs.metadata.generation = Some(2);
+        assert_eq!(ctx.invalid_spec(&rs, |_| Report::default()), None);
+        assert_eq!(
+            ctx.invalid_spec(&rs, refuse),
+            None,
+            "generation 2's answer is kept"
+        );
+        assert_eq!(asked.get(), 1);
+        ctx.forget(&rs);
+        assert!(
+            ctx.invalid_spec(&rs, refuse).is_some(),
+            "forgotten with the object"
+        );
+        assert_eq!(asked.get(), 2);
     }
 }
