@@ -12,6 +12,8 @@ pub mod podgroups;
 pub mod podset;
 pub mod revision;
 pub mod roleset;
+#[cfg(test)]
+mod scenarios;
 pub mod stormservice;
 
 /// The wall clock, read once at the start of a reconcile and handed to everything the pass

@@ -104,8 +104,10 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     // (after a cut-over from AIBrix) passes it on without restarting them.
     if let Some(hash) = podset.labels().get(LABEL_ROLE_TEMPLATE_HASH) {
         let relabel = json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: hash}}});
+        // Not those this pass deleted: they are going (or gone already, when terminal).
         for pod in pods.iter().filter(|p| {
             p.metadata.deletion_timestamp.is_none()
+                && !action.delete.contains(&p.name_any())
                 && p.labels().get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash)
         }) {
             writes

@@ -1,0 +1,169 @@
+//! The RoleSet controller's writes: a role's pods created once however stale the cache, a
+//! refused create by role, a slot's name already taken, a scale-down by UID, an invalid
+//! spec, and ordered deletion.
+
+use serde_json::{Value, json};
+
+use super::{ScriptedApi, path_of, paths};
+use crate::api::RoleSet;
+use crate::api::keys::FINALIZER_ROLESET;
+use crate::controller::kit::error::Error;
+
+const PODS: &str = "/api/v1/namespaces/tenant/pods";
+
+fn roleset(replicas: i32, stateful: bool) -> Value {
+    json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+        "metadata": {"name": "rs", "uid": "rs-uid", "generation": 1,
+            "finalizers": [FINALIZER_ROLESET]},
+        "spec": {"roles": [{"name": "decode", "replicas": replicas, "stateful": stateful,
+            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}}]}
+    })
+}
+
+fn rs_path() -> String {
+    path_of(&roleset(1, false))
+}
+
+fn condition(api: &ScriptedApi, type_: &str) -> Option<Value> {
+    let status = api.object(&rs_path())?["status"].clone();
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+#[tokio::test]
+async fn a_role_gets_its_pods_once_however_often_a_stale_cache_reconciles() {
+    let api = ScriptedApi::holding([roleset(3, false)]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let created = paths(&api.writes(), "create");
+    assert_eq!(created.len(), 3, "{created:?}");
+    assert!(created.iter().all(|p| p.starts_with(PODS)));
+    // The cache never shows them (its watch is silent): the creates are expected, not
+    // repeated.
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    assert_eq!(paths(&api.writes(), "create"), created);
+}
+
+#[tokio::test]
+async fn a_refused_pod_is_reported_by_role_and_retried() {
+    let api = ScriptedApi::holding([roleset(3, false)]);
+    api.refuse("create", "/pods", 403, "exceeded quota: pods=0");
+    let ctx = api.context::<RoleSet>().await;
+    let result = api.reconcile::<RoleSet>(&ctx, &rs_path()).await;
+    assert!(
+        matches!(result.as_ref().map_err(Error::root),
+            Err(Error::Refused(m)) if m == "role decode: exceeded quota: pods=0"),
+        "{result:?}"
+    );
+    let failure = condition(&api, "ReplicaFailure").expect("ReplicaFailure");
+    assert_eq!(failure["reason"], "FailedCreate");
+    assert_eq!(failure["message"], "role decode: exceeded quota: pods=0");
+    let ready = condition(&api, "Ready").expect("Ready");
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("ReplicaFailure"))
+    );
+}
+
+#[tokio::test]
+async fn a_slots_name_already_taken_counts_as_created_a_generated_one_fails() {
+    // Stateful: a slot's pod has its own name; taken means created by an earlier pass.
+    let api = ScriptedApi::holding([roleset(2, true)]);
+    api.refuse("create", "/pods", 409, "already exists");
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    assert!(condition(&api, "ReplicaFailure").is_none(), "not a failure");
+
+    // Stateless: a generated name taken is the API server's error to retry, not a refusal.
+    let api = ScriptedApi::holding([roleset(2, false)]);
+    api.refuse("create", "/pods", 409, "already exists");
+    let ctx = api.context::<RoleSet>().await;
+    let result = api.reconcile::<RoleSet>(&ctx, &rs_path()).await;
+    assert!(
+        matches!(result.as_ref().map_err(Error::root), Err(Error::Kube(_))),
+        "{result:?}"
+    );
+    assert!(
+        condition(&api, "ReplicaFailure").is_none(),
+        "nothing to tell the user"
+    );
+}
+
+#[tokio::test]
+async fn a_scaled_down_role_deletes_its_extra_pods_by_uid() {
+    let api = ScriptedApi::holding([roleset(3, false)]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["roles"][0]["replicas"] = json!(1)
+    });
+    // A context whose cache lists what the API server holds now: the three pods.
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let deletes: Vec<_> = api
+        .writes()
+        .into_iter()
+        .filter(|w| w.verb == "delete")
+        .collect();
+    assert_eq!(deletes.len(), 2, "{deletes:#?}");
+    for delete in &deletes {
+        assert!(delete.path.starts_with(PODS));
+        assert!(
+            delete.body["preconditions"]["uid"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("uid-")),
+            "by the UID observed: {delete:?}"
+        );
+    }
+    assert_eq!(api.objects("v1", "Pod").len(), 1);
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_reported_and_nothing_is_created() {
+    let mut rs = roleset(2, false);
+    let role = rs["spec"]["roles"][0].clone();
+    rs["spec"]["roles"] = json!([role, role]);
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    assert!(paths(&api.writes(), "create").is_empty());
+    let failure = condition(&api, "ReplicaFailure").expect("ReplicaFailure");
+    assert_eq!(failure["reason"], "ReconcileError");
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid spec: "),
+        "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_roleset_deletes_its_pods_then_lets_its_finalizer_go() {
+    let api = ScriptedApi::holding([roleset(2, false)]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    api.edit(&rs_path(), |rs| {
+        rs["metadata"]["deletionTimestamp"] = json!("2026-12-04T00:00:00Z")
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let result = api.reconcile::<RoleSet>(&ctx, &rs_path()).await;
+    assert!(
+        matches!(result.as_ref().map_err(Error::root),
+            Err(Error::Waiting(m)) if m == "0 PodSets and 2 pods still terminating"),
+        "{result:?}"
+    );
+    assert_eq!(paths(&api.writes(), "delete").len(), 2);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let finalizers = &api.object(&rs_path()).unwrap()["metadata"]["finalizers"];
+    assert!(
+        finalizers.as_array().is_none_or(Vec::is_empty),
+        "{finalizers}"
+    );
+}
