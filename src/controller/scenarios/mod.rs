@@ -8,7 +8,7 @@
 
 mod podset;
 mod roleset;
-// mod stormservice;
+mod stormservice;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{NAMESPACE, ScriptedApi, path_of, paths};
+use super::{ScriptedApi, path_of, paths};
 use crate::api::PodSet;
 use crate::api::keys::{
     FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,

@@ -167,3 +167,42 @@ async fn a_deleted_roleset_deletes_its_pods_then_lets_its_finalizer_go() {
         "{finalizers}"
     );
 }
+
+#[tokio::test]
+async fn an_image_change_moves_a_running_pod_in_place() {
+    let mut rs = roleset(1, false);
+    rs["spec"]["roles"][0]["updateStrategy"] = json!({"type": "InPlaceIfPossible"});
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let pod = paths(&api.writes(), "create").remove(0);
+    api.edit(&pod, |pod| {
+        pod["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "engine", "ready": true, "restartCount": 0,
+                "image": "engine:1", "imageID": "", "started": true}]});
+    });
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("engine:2");
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "create").is_empty() && paths(&writes, "delete").is_empty(),
+        "not recreated: {writes:#?}"
+    );
+    let moved = writes
+        .iter()
+        .find(|w| w.verb == "patch" && w.path == pod)
+        .unwrap_or_else(|| panic!("the pod is patched: {writes:#?}"));
+    assert!(moved.body.to_string().contains("engine:2"), "{moved:?}");
+    assert_eq!(
+        api.object(&pod).unwrap()["spec"]["containers"][0]["image"],
+        "engine:2"
+    );
+    assert!(
+        api.event_reasons()
+            .contains(&"InPlaceUpdateStarted".to_string())
+    );
+}

@@ -1,0 +1,324 @@
+//! The StormService controller's writes: its revision, headless Service and RoleSets; a
+//! Service somebody else owns; a drifted Service repaired; a refused RoleSet; a scale-down by
+//! UID; a rollback that reuses its revision; an invalid spec; and ordered deletion.
+
+use serde_json::{Value, json};
+
+use super::{ScriptedApi, path_of, paths};
+use crate::api::StormService;
+use crate::api::keys::{FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME};
+use crate::controller::kit::error::Error;
+
+const ROLESETS: &str = "/apis/orchestration.aibrix.ai/v1alpha1/namespaces/tenant/rolesets";
+const REVISIONS: &str = "/apis/apps/v1/namespaces/tenant/controllerrevisions";
+const SERVICE: &str = "/api/v1/namespaces/tenant/services/svc";
+
+fn stormservice(replicas: i32, image: &str) -> Value {
+    json!({
+        "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+        "metadata": {"name": "svc", "uid": "svc-uid", "generation": 1,
+            "finalizers": [FINALIZER_STORMSERVICE]},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "svc"}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {"metadata": {"labels": {"app": "svc"}}, "spec": {"roles": [
+                {"name": "decode", "replicas": 1,
+                 "template": {"spec": {"containers": [{"name": "engine", "image": image}]}}}]}}
+        }
+    })
+}
+
+fn svc_path() -> String {
+    path_of(&stormservice(1, "engine:1"))
+}
+
+fn condition(api: &ScriptedApi, type_: &str) -> Option<Value> {
+    let status = api.object(&svc_path())?["status"].clone();
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Whether a revision's data holds `image`.
+fn holds(revision: &Value, image: &str) -> bool {
+    revision["data"]
+        .to_string()
+        .contains(&format!("\"{image}\""))
+}
+
+#[tokio::test]
+async fn a_new_stormservice_gets_its_revision_its_headless_service_and_its_rolesets() {
+    let api = ScriptedApi::holding([stormservice(2, "engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let created = paths(&api.writes(), "create");
+    assert_eq!(
+        created[0], SERVICE,
+        "the headless Service first: {created:#?}"
+    );
+    assert!(
+        created[1].starts_with(REVISIONS),
+        "then the revision: {created:#?}"
+    );
+    assert_eq!(
+        created[2..]
+            .iter()
+            .filter(|p| p.starts_with(ROLESETS))
+            .count(),
+        2,
+        "then one RoleSet per replica: {created:#?}"
+    );
+    assert_eq!(
+        api.event_reasons().first().map(String::as_str),
+        Some("HeadlessServiceSynced")
+    );
+    let status = api.object(&svc_path()).unwrap()["status"].clone();
+    let revision = &api.objects("apps/v1", "ControllerRevision")[0];
+    assert_eq!(
+        status["updateRevision"], revision["metadata"]["name"],
+        "{status}"
+    );
+    // The cache never shows the RoleSets: no more are created.
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    assert_eq!(paths(&api.writes(), "create").len(), created.len());
+}
+
+#[tokio::test]
+async fn a_service_somebody_else_owns_is_left_alone_and_reported() {
+    let theirs = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "svc", "labels": {"team": "other"}},
+        "spec": {"selector": {"app": "theirs"}}});
+    let api = ScriptedApi::holding([stormservice(1, "engine:1"), theirs]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let writes = api.writes();
+    assert!(
+        writes.iter().all(|w| w.path != SERVICE),
+        "their Service is not written: {writes:#?}"
+    );
+    let conflict = condition(&api, "ServiceConflict").expect("ServiceConflict");
+    assert_eq!(conflict["status"], "True");
+    assert!(api.event_reasons().contains(&"ServiceConflict".to_string()));
+    assert_eq!(
+        api.object(SERVICE).unwrap()["spec"]["selector"]["app"],
+        "theirs"
+    );
+}
+
+#[tokio::test]
+async fn our_service_that_drifted_gets_only_its_drifted_fields_back() {
+    let api = ScriptedApi::holding([stormservice(1, "engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    api.edit(SERVICE, |service| {
+        service["spec"]["publishNotReadyAddresses"] = json!(false);
+        service["metadata"]["labels"]["team"] = json!("theirs");
+    });
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let repairs: Vec<_> = api
+        .writes()
+        .into_iter()
+        .filter(|w| w.verb == "patch" && w.path == SERVICE)
+        .collect();
+    assert_eq!(repairs.len(), 1, "{repairs:#?}");
+    let service = api.object(SERVICE).unwrap();
+    assert_eq!(service["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(
+        service["metadata"]["labels"]["team"], "theirs",
+        "the rest is left as it is"
+    );
+    assert_eq!(
+        service["metadata"]["labels"][LABEL_STORM_SERVICE_NAME],
+        "svc"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_roleset_is_reported_and_retried() {
+    let api = ScriptedApi::holding([stormservice(2, "engine:1")]);
+    api.refuse("create", "/rolesets", 403, "exceeded quota: rolesets");
+    let ctx = api.context::<StormService>().await;
+    let result = api.reconcile::<StormService>(&ctx, &svc_path()).await;
+    assert!(
+        matches!(result.as_ref().map_err(Error::root), Err(Error::Refused(m)) if m.contains("quota")),
+        "{result:?}"
+    );
+    let failure = condition(&api, "ReplicaFailure").expect("ReplicaFailure");
+    assert_eq!(failure["reason"], "FailedCreate");
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeded quota"),
+        "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn a_scale_down_deletes_rolesets_by_uid() {
+    let api = ScriptedApi::holding([stormservice(3, "engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    api.edit(&svc_path(), |svc| svc["spec"]["replicas"] = json!(1));
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let deletes: Vec<_> = api
+        .writes()
+        .into_iter()
+        .filter(|w| w.verb == "delete")
+        .collect();
+    assert_eq!(deletes.len(), 2, "{deletes:#?}");
+    assert!(deletes.iter().all(|d| {
+        d.path.starts_with(ROLESETS)
+            && d.body["preconditions"]["uid"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("uid-"))
+    }));
+    assert_eq!(
+        api.objects("orchestration.aibrix.ai/v1alpha1", "RoleSet")
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_template_put_back_reuses_its_revision_as_the_newest() {
+    let api = ScriptedApi::holding([stormservice(1, "engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let set_image = |image: &'static str| {
+        move |svc: &mut Value| {
+            svc["spec"]["template"]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+                json!(image)
+        }
+    };
+    api.edit(&svc_path(), set_image("engine:2"));
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    assert_eq!(
+        api.objects("apps/v1", "ControllerRevision").len(),
+        2,
+        "a new revision"
+    );
+    api.edit(&svc_path(), set_image("engine:1"));
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let revisions = api.objects("apps/v1", "ControllerRevision");
+    assert_eq!(revisions.len(), 2, "no third revision");
+    let first = revisions.iter().find(|r| holds(r, "engine:1")).unwrap();
+    assert_eq!(first["revision"], 3, "renumbered as the newest: {first}");
+    assert!(
+        api.writes()
+            .iter()
+            .any(|w| w.verb == "patch" && w.path.starts_with(REVISIONS)),
+        "by a patch of the old revision"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_reported_and_its_rolesets_are_left_alone() {
+    let mut svc = stormservice(1, "engine:1");
+    svc["spec"]["selector"]["matchLabels"]["app"] = json!("other");
+    let api = ScriptedApi::holding([svc]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let writes = api.writes();
+    assert_eq!(
+        paths(&writes, "patch"),
+        [format!("{}/status", svc_path())],
+        "only the status: {writes:#?}"
+    );
+    assert!(paths(&writes, "create").is_empty());
+    let invalid = condition(&api, "InvalidSpec").expect("InvalidSpec");
+    assert_eq!(invalid["status"], "True");
+    assert!(
+        invalid["message"].as_str().unwrap().contains("selector"),
+        "{invalid}"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_stormservice_deletes_its_rolesets_then_lets_its_finalizer_go() {
+    let api = ScriptedApi::holding([stormservice(2, "engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    api.edit(&svc_path(), |svc| {
+        svc["metadata"]["deletionTimestamp"] = json!("2026-12-04T00:00:00Z")
+    });
+    let ctx = api.context::<StormService>().await;
+    let result = api.reconcile::<StormService>(&ctx, &svc_path()).await;
+    assert!(
+        matches!(result.as_ref().map_err(Error::root),
+            Err(Error::Waiting(m)) if m == "2 RoleSets still terminating"),
+        "{result:?}"
+    );
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let finalizers = &api.object(&svc_path()).unwrap()["metadata"]["finalizers"];
+    assert!(
+        finalizers.as_array().is_none_or(Vec::is_empty),
+        "{finalizers}"
+    );
+}
+
+#[tokio::test]
+async fn a_roles_replicas_changed_respecs_the_rolesets_without_a_new_revision() {
+    let api = ScriptedApi::holding([stormservice(2, "engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    // An autoscaler's edit: role replicas are not part of a revision.
+    api.edit(&svc_path(), |svc| {
+        svc["spec"]["template"]["spec"]["roles"][0]["replicas"] = json!(3);
+    });
+    let ctx = api.context::<StormService>().await;
+    let before = api.writes().len();
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "create").is_empty(),
+        "no revision, no RoleSet: {writes:#?}"
+    );
+    let respecs: Vec<_> = writes
+        .iter()
+        .filter(|w| w.verb == "patch" && w.path.starts_with(ROLESETS))
+        .collect();
+    assert_eq!(respecs.len(), 2, "each RoleSet: {writes:#?}");
+    for roleset in api.objects("orchestration.aibrix.ai/v1alpha1", "RoleSet") {
+        assert_eq!(roleset["spec"]["roles"][0]["replicas"], 3, "{roleset}");
+    }
+    assert_eq!(api.objects("apps/v1", "ControllerRevision").len(), 1);
+}
