@@ -38,7 +38,7 @@ use crate::planner::revision::{
 };
 use crate::planner::roleset::adoption::predict;
 use crate::planner::stormservice::canary::analysis::Measured;
-use crate::planner::stormservice::canary::{CanaryDecision, Transition, Trigger};
+use crate::planner::stormservice::canary::{CanaryDecision, Ended, Transition, TransitionReason};
 use crate::planner::stormservice::replicas::PendingRoleSet;
 use crate::planner::stormservice::status::{
     STORMSERVICE_COUNTERS, ServiceStatusInput, invalid_spec_conditions, stable_revision_missing,
@@ -226,20 +226,20 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     // Transitions are reported once their status is stored.
     for transition in decision.iter().flat_map(|d| &d.transitions) {
         ctx.metrics.step_transition(transition.trigger.as_str());
-        if transition.reason == "CanaryAnalysisFailed" {
+        if transition.reason == TransitionReason::CanaryAnalysisFailed {
             report_failed_metric(service, decision.and_then(|d| d.status.as_ref()), ctx);
         }
         record_durations(transition, service, &revisions, ctx, now);
         ctx.publish(
             service,
             None,
-            transition.reason,
-            &format!("{}Step{}", transition.reason, transition.step),
+            transition.reason.as_str(),
+            &format!("{}Step{}", transition.reason.as_str(), transition.step),
             transition.message.clone(),
         )
         .await;
         tracing::info!(
-            reason = transition.reason,
+            reason = transition.reason.as_str(),
             trigger = transition.trigger.as_str(),
             "{}",
             transition.message
@@ -318,7 +318,8 @@ fn report_failed_metric(
     }
 }
 
-/// Rollout and manual-pause durations, observed when the transitions that end them happen.
+/// Rollout and manual-pause durations, observed when the transitions that end them happen
+/// (`Transition::ends` decides which).
 fn record_durations(
     transition: &Transition,
     fresh: &StormService,
@@ -326,33 +327,25 @@ fn record_durations(
     ctx: &Context,
     now: Timestamp,
 ) {
-    let now = now.as_second();
-    let since = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
-        t.map(|t| (now - t.0.as_second()).max(0) as f64)
-    };
-    match (transition.reason, transition.trigger) {
-        ("CanaryCompleted" | "CanaryAborted" | "CanaryAnalysisFailed", _) => {
-            // A rollout starts when its revision is written.
-            if let Some(seconds) = since(revisions.update.metadata.creation_timestamp.as_ref()) {
-                let outcome = if transition.reason == "CanaryCompleted" {
-                    "completed"
-                } else {
-                    "aborted"
-                };
-                ctx.metrics.rollout_finished(outcome, seconds);
-            }
+    let rollout_started = revisions
+        .update
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
+    let step_started = fresh
+        .status
+        .as_ref()
+        .and_then(|s| s.canary_status.as_ref())
+        .and_then(|c| c.step_start_time.as_ref())
+        .map(|t| t.0.as_second());
+    match transition.ends(rollout_started, step_started, now.as_second()) {
+        Some(Ended::Rollout { completed, seconds }) => {
+            let outcome = if completed { "completed" } else { "aborted" };
+            ctx.metrics.rollout_finished(outcome, seconds);
         }
-        ("CanaryResumed", Trigger::User) => {
-            let entered = fresh
-                .status
-                .as_ref()
-                .and_then(|s| s.canary_status.as_ref())
-                .and_then(|c| c.step_start_time.as_ref());
-            if let Some(seconds) = since(entered) {
-                ctx.metrics.manual_pause(seconds);
-            }
-        }
-        _ => {}
+        Some(Ended::ManualPause { seconds }) => ctx.metrics.manual_pause(seconds),
+        None => {}
     }
 }
 

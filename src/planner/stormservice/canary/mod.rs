@@ -47,17 +47,117 @@ impl Trigger {
     }
 }
 
+/// What a transition was, as its event's reason (docs/rollouts.md#state--event-table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransitionReason {
+    /// A canary of a new revision began at step 0.
+    CanaryStarted,
+    /// A weight step began moving replicas to the canary revision.
+    CanaryStepStarted,
+    /// A pause step began (timed, or waiting for promote).
+    CanaryPaused,
+    /// A pause ended: its time ran out or it was promoted.
+    CanaryResumed,
+    /// The canary was aborted (by the user, or rolled back to the stable template).
+    CanaryAborted,
+    /// An aborted canary starts again from step 0.
+    CanaryRetried,
+    /// The steps were edited: the canary starts again from step 0.
+    CanaryRestarted,
+    /// Promoted to 100 %: the remaining steps are skipped.
+    CanaryPromotedFull,
+    /// The last weight is reached and Ready: the canary is done.
+    CanaryCompleted,
+    /// An analysis step began measuring.
+    CanaryAnalysisStarted,
+    /// An analysis step succeeded or was promoted past.
+    CanaryAnalysisPassed,
+    /// An analysis was inconclusive: the canary waits for promote or abort.
+    CanaryAnalysisInconclusive,
+    /// An analysis failed: the canary aborts.
+    CanaryAnalysisFailed,
+}
+
+impl TransitionReason {
+    /// The event reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CanaryStarted => "CanaryStarted",
+            Self::CanaryStepStarted => "CanaryStepStarted",
+            Self::CanaryPaused => "CanaryPaused",
+            Self::CanaryResumed => "CanaryResumed",
+            Self::CanaryAborted => "CanaryAborted",
+            Self::CanaryRetried => "CanaryRetried",
+            Self::CanaryRestarted => "CanaryRestarted",
+            Self::CanaryPromotedFull => "CanaryPromotedFull",
+            Self::CanaryCompleted => "CanaryCompleted",
+            Self::CanaryAnalysisStarted => "CanaryAnalysisStarted",
+            Self::CanaryAnalysisPassed => "CanaryAnalysisPassed",
+            Self::CanaryAnalysisInconclusive => "CanaryAnalysisInconclusive",
+            Self::CanaryAnalysisFailed => "CanaryAnalysisFailed",
+        }
+    }
+}
+
 /// A transition to report as an event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
-    /// Event reason (`CanaryStepStarted`, `CanaryPaused`, …).
-    pub reason: &'static str,
+    /// What it was.
+    pub reason: TransitionReason,
     /// Event note.
     pub message: String,
     /// What caused it.
     pub trigger: Trigger,
     /// The step it happened at (events of different steps stay apart).
     pub step: usize,
+}
+
+/// A duration a transition ends, for the metrics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ended {
+    /// A rollout, counted from its revision's creation: completed, or aborted.
+    Rollout {
+        /// Completed rather than aborted.
+        completed: bool,
+        /// How long it took.
+        seconds: f64,
+    },
+    /// A pause a user promoted, counted from when its step began.
+    ManualPause {
+        /// How long it waited.
+        seconds: f64,
+    },
+}
+
+impl Transition {
+    /// What this transition ends and how long it lasted (times in Unix seconds): a rollout
+    /// ends completed, or aborted (an analysis failure aborts it), counted from
+    /// `rollout_started`, its revision's creation; a pause a user promoted, from
+    /// `step_started`.
+    pub fn ends(
+        &self,
+        rollout_started: Option<i64>,
+        step_started: Option<i64>,
+        now: i64,
+    ) -> Option<Ended> {
+        let since = |t: i64| now.saturating_sub(t).max(0) as f64;
+        let rollout = |completed| {
+            rollout_started.map(|t| Ended::Rollout {
+                completed,
+                seconds: since(t),
+            })
+        };
+        match (self.reason, self.trigger) {
+            (TransitionReason::CanaryCompleted, _) => rollout(true),
+            (TransitionReason::CanaryAborted | TransitionReason::CanaryAnalysisFailed, _) => {
+                rollout(false)
+            }
+            (TransitionReason::CanaryResumed, Trigger::User) => {
+                step_started.map(|t| Ended::ManualPause { seconds: since(t) })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// What the controller observed and knows this pass.
@@ -275,7 +375,7 @@ pub fn step(input: &CanaryInput<'_>) -> CanaryDecision {
         let message = format!("aborted at step {}", pass.index);
         return pass.abort(Abort {
             message,
-            reason: "CanaryAborted",
+            reason: TransitionReason::CanaryAborted,
             trigger: Trigger::User,
         });
     }
@@ -312,7 +412,7 @@ fn one_revision(input: &CanaryInput<'_>) -> CanaryDecision {
         status.message = Some("rolled back: the template is the stable revision again".into());
         status.pause_conditions = None;
         transitions.push(Transition {
-            reason: "CanaryAborted",
+            reason: TransitionReason::CanaryAborted,
             message: "rolled back to the stable revision; trigger=user".into(),
             trigger: Trigger::User,
             step: status.current_step.max(0) as usize,
@@ -329,7 +429,7 @@ fn one_revision(input: &CanaryInput<'_>) -> CanaryDecision {
 /// Why a pass aborts the canary, and what woke the abort.
 struct Abort {
     message: String,
-    reason: &'static str,
+    reason: TransitionReason,
     trigger: Trigger,
 }
 
@@ -381,7 +481,7 @@ impl<'i, 'a> Pass<'i, 'a> {
             Some(p) if same_epoch && p.steps_hash.as_deref() == Some(input.steps_hash) => p,
             Some(p) if same_epoch => {
                 transitions.push(Transition {
-                    reason: "CanaryRestarted",
+                    reason: TransitionReason::CanaryRestarted,
                     message: "the steps were edited: restarting at step 0; trigger=user".into(),
                     trigger: Trigger::User,
                     step: 0,
@@ -390,7 +490,7 @@ impl<'i, 'a> Pass<'i, 'a> {
             }
             _ => {
                 transitions.push(Transition {
-                    reason: "CanaryStarted",
+                    reason: TransitionReason::CanaryStarted,
                     message: format!(
                         "canary of revision {} over {}; trigger=user",
                         input.canary_revision, input.stable_revision
@@ -422,7 +522,7 @@ impl<'i, 'a> Pass<'i, 'a> {
         self.status = start(self.input, self.status.mode);
         self.index = 0;
         self.transitions.push(Transition {
-            reason: "CanaryRetried",
+            reason: TransitionReason::CanaryRetried,
             message: "retrying from step 0; trigger=user".into(),
             trigger: Trigger::User,
             step: 0,
@@ -482,7 +582,7 @@ impl<'i, 'a> Pass<'i, 'a> {
         self.status.pause_conditions = None;
         self.status.phase = Some(CanaryPhase::Progressing);
         self.transitions.push(Transition {
-            reason: "CanaryPromotedFull",
+            reason: TransitionReason::CanaryPromotedFull,
             message: "promoted to 100%: remaining steps skipped; trigger=user".into(),
             trigger: Trigger::User,
             step: self.index,
@@ -540,7 +640,7 @@ impl<'i, 'a> Pass<'i, 'a> {
                         "background analysis failed at step {index}: {}",
                         state.message.as_deref().unwrap_or_default()
                     ),
-                    reason: "CanaryAnalysisFailed",
+                    reason: TransitionReason::CanaryAnalysisFailed,
                     trigger: Trigger::Analysis,
                 });
             }
@@ -556,7 +656,7 @@ impl<'i, 'a> Pass<'i, 'a> {
                 );
                 self.status.phase = Some(CanaryPhase::Paused);
                 self.transitions.push(Transition {
-                    reason: "CanaryAnalysisInconclusive",
+                    reason: TransitionReason::CanaryAnalysisInconclusive,
                     message,
                     trigger: Trigger::Analysis,
                     step: index,
@@ -568,7 +668,7 @@ impl<'i, 'a> Pass<'i, 'a> {
                 // Promoted past the inconclusive result: the analysis runs on.
                 analysis::resume(state);
                 self.transitions.push(Transition {
-                    reason: "CanaryResumed",
+                    reason: TransitionReason::CanaryResumed,
                     message: format!(
                         "background analysis resumed at step {index} (promoted); trigger=user"
                     ),
@@ -617,7 +717,7 @@ impl<'i, 'a> Pass<'i, 'a> {
             status.step_state = Some(StepState::StepReady);
             status.phase = Some(CanaryPhase::Completed);
             self.transitions.push(Transition {
-                reason: "CanaryCompleted",
+                reason: TransitionReason::CanaryCompleted,
                 message: format!(
                     "weight {weight}% reached: every replica runs {}; trigger=watch",
                     self.input.canary_revision
@@ -654,7 +754,7 @@ impl<'i, 'a> Pass<'i, 'a> {
         };
         self.status.pause_conditions = None;
         self.transitions.push(Transition {
-            reason: "CanaryResumed",
+            reason: TransitionReason::CanaryResumed,
             message: format!(
                 "pause at step {} ended ({}); trigger={}",
                 self.index,
@@ -706,7 +806,7 @@ impl<'i, 'a> Pass<'i, 'a> {
             AnalysisPhase::Failed => {
                 return Err(Abort {
                     message: format!("analysis failed at step {index}: {message}"),
-                    reason: "CanaryAnalysisFailed",
+                    reason: TransitionReason::CanaryAnalysisFailed,
                     trigger: Trigger::Analysis,
                 });
             }
@@ -718,7 +818,7 @@ impl<'i, 'a> Pass<'i, 'a> {
                 );
                 self.status.phase = Some(CanaryPhase::Paused);
                 self.transitions.push(Transition {
-                    reason: "CanaryAnalysisInconclusive",
+                    reason: TransitionReason::CanaryAnalysisInconclusive,
                     message: format!(
                         "analysis inconclusive at step {index}: {message}; waiting for promote or abort; trigger=analysis"
                     ),
@@ -734,7 +834,7 @@ impl<'i, 'a> Pass<'i, 'a> {
         };
         self.status.pause_conditions = None;
         self.transitions.push(Transition {
-            reason: "CanaryAnalysisPassed",
+            reason: TransitionReason::CanaryAnalysisPassed,
             message: format!(
                 "analysis at step {index} {}; trigger={}",
                 if trigger == Trigger::User {
@@ -799,9 +899,9 @@ impl<'i, 'a> Pass<'i, 'a> {
             }
         };
         let reason = match input.steps[index] {
-            Step::Pause(_) => "CanaryPaused",
-            Step::Analysis => "CanaryAnalysisStarted",
-            Step::Weight(_) => "CanaryStepStarted",
+            Step::Pause(_) => TransitionReason::CanaryPaused,
+            Step::Analysis => TransitionReason::CanaryAnalysisStarted,
+            Step::Weight(_) => TransitionReason::CanaryStepStarted,
         };
         self.transitions.push(Transition {
             reason,
@@ -888,7 +988,7 @@ mod tests {
         decision
             .transitions
             .iter()
-            .map(|t| (t.reason, t.trigger.as_str()))
+            .map(|t| (t.reason.as_str(), t.trigger.as_str()))
             .collect()
     }
 
@@ -1567,5 +1667,62 @@ mod tests {
             let status = analysing(&spec);
             assert!(due(&spec, None, Some(&status), true, 500).is_empty());
         }
+    }
+
+    #[test]
+    fn a_completion_an_abort_and_a_promoted_pause_end_a_duration() {
+        let transition = |reason, trigger| Transition {
+            reason,
+            message: String::new(),
+            trigger,
+            step: 1,
+        };
+        let ends = |reason, trigger| transition(reason, trigger).ends(Some(100), Some(160), 200);
+        assert_eq!(
+            ends(TransitionReason::CanaryCompleted, Trigger::Watch),
+            Some(Ended::Rollout {
+                completed: true,
+                seconds: 100.0
+            })
+        );
+        for reason in [
+            TransitionReason::CanaryAborted,
+            TransitionReason::CanaryAnalysisFailed,
+        ] {
+            assert_eq!(
+                ends(reason, Trigger::Analysis),
+                Some(Ended::Rollout {
+                    completed: false,
+                    seconds: 100.0
+                })
+            );
+        }
+        assert_eq!(
+            ends(TransitionReason::CanaryResumed, Trigger::User),
+            Some(Ended::ManualPause { seconds: 40.0 })
+        );
+        assert_eq!(
+            ends(TransitionReason::CanaryResumed, Trigger::Timer),
+            None,
+            "a timed pause"
+        );
+        assert_eq!(ends(TransitionReason::CanaryPaused, Trigger::Watch), None);
+        // A clock behind the stored times never makes a negative duration.
+        assert_eq!(
+            transition(TransitionReason::CanaryCompleted, Trigger::Watch).ends(
+                Some(300),
+                None,
+                200
+            ),
+            Some(Ended::Rollout {
+                completed: true,
+                seconds: 0.0
+            })
+        );
+        assert_eq!(
+            transition(TransitionReason::CanaryCompleted, Trigger::Watch).ends(None, None, 200),
+            None,
+            "no revision time, nothing to say"
+        );
     }
 }
