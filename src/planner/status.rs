@@ -75,10 +75,54 @@ pub fn only_informational_differ<S: serde::Serialize>(
     decisive(stored) == decisive(desired)
 }
 
+/// A condition's status (Kubernetes conventions: `Unknown` when it cannot be told).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// It does not.
+    False,
+    /// It cannot be told now (a pause, an inconclusive analysis).
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// The value stored in `status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+/// What a condition says: its status, its reason and its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Said {
+    /// Its status.
+    pub status: ConditionStatus,
+    /// Its reason (CamelCase, as the conventions ask).
+    pub reason: &'static str,
+    /// What people read.
+    pub message: String,
+}
+
+impl Said {
+    /// `status` for `reason`, saying `message`.
+    pub fn new(status: ConditionStatus, reason: &'static str, message: String) -> Self {
+        Self {
+            status,
+            reason,
+            message,
+        }
+    }
+}
+
 /// A condition for `generation`, changed at `now`.
 pub fn condition(
     type_: &str,
-    status: &str,
+    status: ConditionStatus,
     reason: &str,
     message: String,
     generation: Option<i64>,
@@ -86,7 +130,7 @@ pub fn condition(
 ) -> Condition {
     Condition {
         type_: type_.into(),
-        status: status.into(),
+        status: status.as_str().into(),
         last_transition_time: Some(Time(now)),
         reason: Some(reason.into()),
         message: Some(bounded_text(message, STATUS_MESSAGE_CHARS)),

@@ -3,7 +3,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::status::{condition, keep_transition_times};
+use super::status::{ConditionStatus, condition, keep_transition_times};
 use crate::api::keys::CONDITION_REPLICA_FAILURE;
 use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
 
@@ -116,7 +116,7 @@ pub fn podset_status(
     let conditions = refused.map(|message| {
         let mut conditions = vec![condition(
             CONDITION_REPLICA_FAILURE,
-            "True",
+            ConditionStatus::True,
             "FailedCreate",
             message.to_owned(),
             generation,

@@ -7,7 +7,7 @@ use super::roles::{PodView, RoleInput};
 use crate::api::keys::{CONDITION_READY, CONDITION_REPLICA_FAILURE};
 use crate::api::{RoleSetStatus, RoleStatus};
 
-use crate::planner::status::{condition, keep_transition_times};
+use crate::planner::status::{ConditionStatus, condition, keep_transition_times};
 
 /// The pod counters of a RoleSet's status (`roles`): they move with every pod.
 pub const ROLESET_COUNTERS: &[&str] = &["roles"];
@@ -120,7 +120,7 @@ pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -
         ),
         conditions: Some(vec![condition(
             CONDITION_READY,
-            "False",
+            ConditionStatus::False,
             "RolesNotReady",
             format!("roles not ready: {}", names.join(", ")),
             generation,
@@ -146,7 +146,7 @@ pub fn roleset_status(
     let ready = match &failure {
         None if not_ready.is_empty() => condition(
             CONDITION_READY,
-            "True",
+            ConditionStatus::True,
             "RoleSetReady",
             "every role is updated (up to its partition) and ready".into(),
             generation,
@@ -154,7 +154,7 @@ pub fn roleset_status(
         ),
         None => condition(
             CONDITION_READY,
-            "False",
+            ConditionStatus::False,
             "RolesNotReady",
             format!("roles not ready: {}", not_ready.join(", ")),
             generation,
@@ -162,7 +162,7 @@ pub fn roleset_status(
         ),
         Some(failure) => condition(
             CONDITION_READY,
-            "False",
+            ConditionStatus::False,
             "ReplicaFailure",
             failure.message().to_string(),
             generation,
@@ -173,7 +173,7 @@ pub fn roleset_status(
     if let Some(failure) = failure {
         conditions.push(condition(
             CONDITION_REPLICA_FAILURE,
-            "True",
+            ConditionStatus::True,
             failure.reason(),
             failure.message().to_string(),
             generation,

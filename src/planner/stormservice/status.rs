@@ -19,7 +19,7 @@ use crate::api::keys::{
 };
 use crate::api::{CanaryPhase, Condition, RoleSet, RoleStatus, StormService, StormServiceStatus};
 
-use crate::planner::status::{condition, keep_transition_times};
+use crate::planner::status::{ConditionStatus, Said, condition, keep_transition_times};
 
 /// The pod counters of a StormService's status: summed from its RoleSets' on every pass.
 pub const STORMSERVICE_COUNTERS: &[&str] = &[
@@ -34,9 +34,7 @@ pub const STORMSERVICE_COUNTERS: &[&str] = &[
 
 /// The `CanaryAnalysis` condition's status, reason and message, while the canary has an
 /// analysis: the worst of the step's and the background analysis decides.
-fn analysis_condition(
-    canary: Option<&crate::api::CanaryStatus>,
-) -> Option<(&'static str, &'static str, String)> {
+fn analysis_condition(canary: Option<&crate::api::CanaryStatus>) -> Option<Said> {
     use crate::api::analysis::AnalysisPhase;
     let canary = canary?;
     let analyses = [
@@ -55,18 +53,26 @@ fn analysis_condition(
     };
     let message = worst.message.clone();
     Some(match worst.phase {
-        AnalysisPhase::Failed => (
-            "False",
+        AnalysisPhase::Failed => Said::new(
+            ConditionStatus::False,
             "MetricFailed",
             message.unwrap_or_else(|| format!("{which} failed")),
         ),
-        AnalysisPhase::Inconclusive => (
-            "Unknown",
+        AnalysisPhase::Inconclusive => Said::new(
+            ConditionStatus::Unknown,
             "Inconclusive",
             message.unwrap_or_else(|| format!("{which} is inconclusive")),
         ),
-        AnalysisPhase::Running => ("True", "Measuring", format!("{which} is measuring")),
-        AnalysisPhase::Successful => ("True", "Successful", format!("{which} succeeded")),
+        AnalysisPhase::Running => Said::new(
+            ConditionStatus::True,
+            "Measuring",
+            format!("{which} is measuring"),
+        ),
+        AnalysisPhase::Successful => Said::new(
+            ConditionStatus::True,
+            "Successful",
+            format!("{which} succeeded"),
+        ),
     })
 }
 
@@ -105,7 +111,7 @@ pub fn invalid_spec_conditions(
     vec![
         condition(
             CONDITION_INVALID_SPEC,
-            "True",
+            ConditionStatus::True,
             "ValidationFailed",
             message.to_string(),
             generation,
@@ -113,7 +119,7 @@ pub fn invalid_spec_conditions(
         ),
         condition(
             CONDITION_READY,
-            "False",
+            ConditionStatus::False,
             "InvalidSpec",
             "the spec is invalid; RoleSets are left as they are".into(),
             generation,
@@ -142,7 +148,7 @@ pub fn stable_revision_missing(
     );
     Some(condition(
         CONDITION_PROGRESSING,
-        "False",
+        ConditionStatus::False,
         "StableRevisionMissing",
         message,
         service.metadata.generation,
@@ -184,8 +190,15 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
     let old = service.status.clone().unwrap_or_default();
     let generation = service.metadata.generation;
     let counts = service_counts(input);
-    let new = |type_: &str, (status, reason, message): (&str, &str, String)| {
-        condition(type_, status, reason, message, generation, input.now)
+    let new = |type_: &str, said: Said| {
+        condition(
+            type_,
+            said.status,
+            said.reason,
+            said.message,
+            generation,
+            input.now,
+        )
     };
     let (progressing, deadline_in) = progressing_condition(input, &counts, &old);
     let mut conditions = vec![
@@ -195,16 +208,23 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
         new(CONDITION_PAUSED, paused_condition(service)),
         new(
             CONDITION_INVALID_SPEC,
-            ("False", "Valid", "the spec passes validation".into()),
+            Said::new(
+                ConditionStatus::False,
+                "Valid",
+                "the spec passes validation".into(),
+            ),
         ),
     ];
     if let Some((reason, message)) = replica_failure(input.refused, &counts.active) {
-        conditions.push(new(CONDITION_REPLICA_FAILURE, ("True", reason, message)));
+        conditions.push(new(
+            CONDITION_REPLICA_FAILURE,
+            Said::new(ConditionStatus::True, reason, message),
+        ));
     }
     if let Some(message) = input.service_conflict {
         conditions.push(new(
             CONDITION_SERVICE_CONFLICT,
-            ("True", "NotOwned", message.to_string()),
+            Said::new(ConditionStatus::True, "NotOwned", message.to_string()),
         ));
     }
     let canary_status = input.canary.and_then(|c| c.status.as_ref());
@@ -346,17 +366,17 @@ fn service_counts<'a>(input: &ServiceStatusInput<'a>) -> ServiceCounts<'a> {
 }
 
 /// `Ready`: the rollout is done.
-fn ready_condition(counts: &ServiceCounts<'_>) -> (&'static str, &'static str, String) {
+fn ready_condition(counts: &ServiceCounts<'_>) -> Said {
     let desired = counts.desired;
     if counts.complete {
-        (
-            "True",
+        Said::new(
+            ConditionStatus::True,
             "RoleSetsReady",
             format!("{} of {desired} RoleSets updated and Ready", counts.ready),
         )
     } else {
-        (
-            "False",
+        Said::new(
+            ConditionStatus::False,
             "RoleSetsNotReady",
             format!(
                 "{} of {desired} RoleSets updated and Ready",
@@ -368,10 +388,7 @@ fn ready_condition(counts: &ServiceCounts<'_>) -> (&'static str, &'static str, S
 
 /// `Available`: the service serves meanwhile — during a canary pause, a roll within its
 /// budgets — as a Deployment stays Available.
-fn available_condition(
-    service: &StormService,
-    counts: &ServiceCounts<'_>,
-) -> (&'static str, &'static str, String) {
+fn available_condition(service: &StormService, counts: &ServiceCounts<'_>) -> Said {
     let desired = counts.desired;
     let needed = desired
         .saturating_sub(service.spec.fenceposts(desired as u32).max_unavailable as i32)
@@ -381,22 +398,22 @@ fn available_condition(
         counts.serving
     );
     if counts.serving >= needed {
-        ("True", "MinimumRoleSetsServing", message)
+        Said::new(ConditionStatus::True, "MinimumRoleSetsServing", message)
     } else {
-        ("False", "MinimumRoleSetsNotServing", message)
+        Said::new(ConditionStatus::False, "MinimumRoleSetsNotServing", message)
     }
 }
 
 /// `Paused`: `spec.paused`.
-fn paused_condition(service: &StormService) -> (&'static str, &'static str, String) {
+fn paused_condition(service: &StormService) -> Said {
     if service.spec.paused == Some(true) {
-        (
-            "True",
+        Said::new(
+            ConditionStatus::True,
             "Paused",
             "spec.paused is set: scaling continues, rollouts wait".into(),
         )
     } else {
-        ("False", "Running", "rollouts proceed".into())
+        Said::new(ConditionStatus::False, "Running", "rollouts proceed".into())
     }
 }
 
@@ -444,14 +461,22 @@ fn progressing_condition(
     let deadline = i64::from(service.spec.progress_deadline_seconds_or_default());
     let stalled_for = now.as_second() - last_progress.as_second();
     let mut deadline_in = None;
-    let (status, reason, message) = if counts.complete {
-        (
-            "True",
+    let Said {
+        status,
+        reason,
+        message,
+    } = if counts.complete {
+        Said::new(
+            ConditionStatus::True,
             "RolloutComplete",
             "every RoleSet is updated and Ready".into(),
         )
     } else if paused {
-        ("Unknown", "Paused", "the rollout is paused".into())
+        Said::new(
+            ConditionStatus::Unknown,
+            "Paused",
+            "the rollout is paused".into(),
+        )
     } else if canary_paused {
         // Waiting in a pause step (or behind an inconclusive analysis) is not a stall: no
         // progress deadline runs.
@@ -469,18 +494,18 @@ fn progressing_condition(
         } else {
             "the canary waits in a pause step"
         };
-        ("Unknown", "CanaryPaused", message.into())
+        Said::new(ConditionStatus::Unknown, "CanaryPaused", message.into())
     } else if stalled_for >= deadline {
-        (
-            "False",
+        Said::new(
+            ConditionStatus::False,
             "ProgressDeadlineExceeded",
             format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
         )
     } else {
         let left = u64::try_from(deadline - stalled_for).unwrap_or(1).max(1);
         deadline_in = Some(Duration::from_secs(left));
-        (
-            "True",
+        Said::new(
+            ConditionStatus::True,
             "RollingOut",
             format!(
                 "{} of {} RoleSets updated and Ready",
@@ -882,7 +907,7 @@ mod tests {
             conditions: Some(vec![
                 condition(
                     CONDITION_READY,
-                    "False",
+                    ConditionStatus::False,
                     "InvalidSpec",
                     "old".into(),
                     Some(1),
@@ -890,7 +915,7 @@ mod tests {
                 ),
                 condition(
                     CONDITION_PROGRESSING,
-                    "True",
+                    ConditionStatus::True,
                     "Rolling",
                     "x".into(),
                     Some(1),
