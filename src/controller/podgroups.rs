@@ -2,8 +2,6 @@
 //! scheduler's CRD is served (the PodGroup caches, `cache::podgroups`, say so), and left alone
 //! when another controls it.
 
-use std::time::Duration;
-
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use kube::{Api, Resource, ResourceExt};
@@ -13,54 +11,7 @@ use super::cache::podgroups::Lookup;
 use super::kit::context::Context;
 use super::kit::error::Error;
 use crate::api::common::SchedulingStrategy;
-use crate::api::podgroup::Scheduler;
-use crate::planner::podgroup::{self as plan, GangOwner};
-
-/// Where a gang's PodGroup stands after a pass.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gang {
-    /// No strategy: pods are scheduled one by one.
-    NotRequested,
-    /// The scheduler's PodGroup CRD is not served: pods are created without the gang
-    /// guarantee (as AIBrix does), and the owner says so.
-    Unserved(Scheduler),
-    /// The PodGroup is not in the cache yet: its pods wait for it.
-    Waiting,
-    /// The PodGroup is there, as the strategy asks: its pods may be created.
-    Ready,
-    /// A PodGroup of the owner's name is controlled by someone else: it is left alone, and
-    /// the gang's pods wait rather than join it.
-    Foreign(Scheduler),
-}
-
-/// How soon an owner whose PodGroup name is taken by a foreign PodGroup is looked at again:
-/// that PodGroup's changes reach its own owner, not this one.
-const FOREIGN_RECHECK: Duration = Duration::from_secs(30);
-
-impl Gang {
-    /// Whether the gang's pods are held back this pass.
-    pub fn holds_pods(self) -> bool {
-        matches!(self, Gang::Waiting | Gang::Foreign(_))
-    }
-
-    /// When a gang that holds its pods back is looked at again.
-    pub fn recheck(self) -> Option<Duration> {
-        match self {
-            Gang::Waiting => Some(GANG_WAIT),
-            Gang::Foreign(_) => Some(FOREIGN_RECHECK),
-            Gang::NotRequested | Gang::Unserved(_) | Gang::Ready => None,
-        }
-    }
-
-    /// What the owner's status says of a foreign PodGroup `name`.
-    pub fn foreign_message(scheduler: Scheduler, name: &str) -> String {
-        format!(
-            "{} PodGroup {name} exists and is not controlled by this owner; squall leaves it \
-             alone and creates no gang pod. Delete or rename it to let squall create its own.",
-            scheduler.group()
-        )
-    }
-}
+use crate::planner::podgroup::{self as plan, Gang, GangOwner};
 
 /// Makes the PodGroup of `owner`'s gang of `members` pods what `strategy` asks (created, or
 /// its spec updated), publishing `PodGroupSynced` or `PodGroupFailed`. Only a PodGroup whose
@@ -164,7 +115,3 @@ where
         }
     }
 }
-
-/// How soon an owner whose PodGroup is not in the cache yet is looked at again (its pods
-/// wait for it).
-const GANG_WAIT: Duration = Duration::from_secs(2);

@@ -81,15 +81,11 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
         podset.spec.pod_group_size,
     )
     .await?;
-    let creates = if gang.holds_pods() {
-        &[][..]
-    } else {
-        &action.create[..]
-    };
+    let action = action.held_by(gang);
     // A create the API server refuses (quota, admission) stops the pass's creates: the
     // status says why (ReplicaFailure, FailedCreate) and the PodSet is retried with backoff.
     let mut refused = None;
-    for &index in creates {
+    for &index in &action.create {
         // An index's pod has a deterministic name: taken means already created.
         let pod = gang_pod(podset, index);
         if let Created::Refused(message) = writes.create(&pod, OnConflict::Exists).await? {

@@ -26,7 +26,7 @@ use super::kit::context::Context;
 use super::kit::error::Error;
 use super::kit::expectations::PendingCreate;
 use super::kit::owner::Owner;
-use super::podgroups::{self, Gang};
+use super::podgroups;
 use super::wall_clock;
 use crate::admission::validation::validate_roleset;
 use crate::api::keys::{
@@ -35,6 +35,7 @@ use crate::api::keys::{
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
+use crate::planner::podgroup::Gang;
 use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
 use crate::planner::requeue;
@@ -121,19 +122,15 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     )
     .await?;
     // Decide.
-    let mut pass = decide(PassInput {
+    let pass = decide(PassInput {
         roleset,
         pods: &pods,
         podsets: &podsets,
         roles,
         pending,
         stable,
+        gang,
     });
-    if gang.holds_pods() {
-        for role in &mut pass.roles {
-            role.creates.clear();
-        }
-    }
     // Write.
     if let Some(sequence) = &pass.sequence
         && ctx.once_per_generation(roleset, "upgrade sequence")

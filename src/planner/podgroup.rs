@@ -5,6 +5,8 @@
 //! The spec fields are the strategy's own, as AIBrix copies them; `minMember`, when the user
 //! leaves it out (or at 0), is the number of pods that must run together.
 
+use std::time::Duration;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -148,6 +150,56 @@ pub fn member_keys(group: &str) -> (BTreeMap<String, String>, BTreeMap<String, S
     };
     (of(&labels), of(&annotations))
 }
+
+/// Where a gang's PodGroup stands after a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gang {
+    /// No strategy: pods are scheduled one by one.
+    NotRequested,
+    /// The scheduler's PodGroup CRD is not served: pods are created without the gang
+    /// guarantee (as AIBrix does), and the owner says so.
+    Unserved(Scheduler),
+    /// The PodGroup is not in the cache yet: its pods wait for it.
+    Waiting,
+    /// The PodGroup is there, as the strategy asks: its pods may be created.
+    Ready,
+    /// A PodGroup of the owner's name is controlled by someone else: it is left alone, and
+    /// the gang's pods wait rather than join it.
+    Foreign(Scheduler),
+}
+
+/// How soon an owner whose PodGroup name is taken by a foreign PodGroup is looked at again:
+/// that PodGroup's changes reach its own owner, not this one.
+const FOREIGN_RECHECK: Duration = Duration::from_secs(30);
+
+impl Gang {
+    /// Whether the gang's pods are held back this pass.
+    pub fn holds_pods(self) -> bool {
+        matches!(self, Gang::Waiting | Gang::Foreign(_))
+    }
+
+    /// When a gang that holds its pods back is looked at again.
+    pub fn recheck(self) -> Option<Duration> {
+        match self {
+            Gang::Waiting => Some(GANG_WAIT),
+            Gang::Foreign(_) => Some(FOREIGN_RECHECK),
+            Gang::NotRequested | Gang::Unserved(_) | Gang::Ready => None,
+        }
+    }
+
+    /// What the owner's status says of a foreign PodGroup `name`.
+    pub fn foreign_message(scheduler: Scheduler, name: &str) -> String {
+        format!(
+            "{} PodGroup {name} exists and is not controlled by this owner; squall leaves it \
+             alone and creates no gang pod. Delete or rename it to let squall create its own.",
+            scheduler.group()
+        )
+    }
+}
+
+/// How soon an owner whose PodGroup is not in the cache yet is looked at again (its pods
+/// wait for it).
+const GANG_WAIT: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

@@ -6,6 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::status::{ConditionStatus, condition, keep_transition_times};
 use crate::api::keys::CONDITION_REPLICA_FAILURE;
 use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
+use crate::planner::podgroup::Gang;
 
 /// The pod counters of a PodSet's status (its `phase` is what the RoleSet decides on).
 pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
@@ -34,6 +35,17 @@ pub struct GangAction {
     pub create: Vec<u32>,
     /// Pods to delete.
     pub delete: Vec<String>,
+}
+
+impl GangAction {
+    /// The action with its creates held back while the gang's PodGroup holds its pods (not
+    /// in the cache yet, or somebody else's): the deletes of a recovery still go.
+    pub fn held_by(mut self, gang: Gang) -> Self {
+        if gang.holds_pods() {
+            self.create.clear();
+        }
+        self
+    }
 }
 
 /// One pass: finished pods are removed first (their names block the index — an upstream
@@ -253,5 +265,39 @@ mod tests {
         let created = podset_status(Some(3), 2, &whole, None, Some(&again), at(80));
         assert_eq!(created.conditions, None);
         assert_eq!((created.total_pods, created.ready_pods), (2, 1));
+    }
+
+    #[test]
+    fn a_gang_waiting_for_its_podgroup_holds_its_creates_not_its_deletes() {
+        use crate::api::podgroup::Scheduler;
+        let failed = GangPod {
+            name: "g-0".into(),
+            index: Some(0),
+            running: false,
+            terminating: false,
+            ready: false,
+            restarts: 0,
+        };
+        let action = || {
+            plan_gang(
+                2,
+                RecoveryPolicy::ReplaceUnhealthy,
+                std::slice::from_ref(&failed),
+            )
+        };
+        // Index 0 is taken until its failed pod is gone: only index 1 is created.
+        assert_eq!(action().create, [1]);
+        for holding in [Gang::Waiting, Gang::Foreign(Scheduler::Volcano)] {
+            let held = action().held_by(holding);
+            assert!(held.create.is_empty(), "{holding:?}");
+            assert_eq!(held.delete, ["g-0"], "the failed pod still goes");
+        }
+        for free in [
+            Gang::NotRequested,
+            Gang::Ready,
+            Gang::Unserved(Scheduler::Volcano),
+        ] {
+            assert_eq!(action().held_by(free).create, [1], "{free:?}");
+        }
     }
 }

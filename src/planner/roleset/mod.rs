@@ -34,6 +34,7 @@ use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::{PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType};
+use crate::planner::podgroup::Gang;
 use adoption::{adopt, stale_revision_labels};
 use children::{
     RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
@@ -69,6 +70,8 @@ pub struct PassInput<'a> {
     /// By role, aligned with `roles`: the stable revision asked for, as read, or why it could
     /// not be.
     pub stable: Vec<Option<Result<Arc<ControllerRevision>, String>>>,
+    /// Where the RoleSet's gang PodGroup stands (its pods wait while it holds them).
+    pub gang: Gang,
 }
 
 /// A child to create, rendered.
@@ -166,6 +169,7 @@ pub struct Pass {
 /// The second half: decides the pass.
 pub fn decide(input: PassInput<'_>) -> Pass {
     let (roleset, input_pods, input_podsets) = (input.roleset, input.pods, input.podsets);
+    let input_gang = input.gang;
     let specs: Vec<&RoleSpec> = roleset.spec.roles.iter().flatten().collect();
     let mut pass = Pass::default();
     let mut stables = Vec::new();
@@ -256,7 +260,11 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         .zip(actions)
         .zip(adoptions)
     {
-        let writes = role_writes(roleset, role, input, stable.as_ref(), action, input_pods);
+        let mut writes = role_writes(roleset, role, input, stable.as_ref(), action, input_pods);
+        // The gang's pods wait while its PodGroup holds them.
+        if input_gang.holds_pods() {
+            writes.creates.clear();
+        }
         let (adopted, relabel) = adopted;
         pass.roles.push(RoleWrites {
             adopted,
@@ -573,6 +581,16 @@ mod tests {
     /// A pass over `pods` as the cache holds them, with nothing pending and no stable
     /// revision read.
     fn pass(rs: &RoleSet, pods: &[Arc<Pod>], podsets: &[Arc<PodSet>]) -> Pass {
+        pass_with_gang(rs, pods, podsets, Gang::NotRequested)
+    }
+
+    /// [`pass`], with the gang's PodGroup where `gang` says.
+    fn pass_with_gang(
+        rs: &RoleSet,
+        pods: &[Arc<Pod>],
+        podsets: &[Arc<PodSet>],
+        gang: Gang,
+    ) -> Pass {
         let pods: Vec<Arc<CachedPod>> = pods
             .iter()
             .map(|p| Arc::new(CachedPod::from_pod(p)))
@@ -586,6 +604,7 @@ mod tests {
             roles,
             pending: vec![Pending::default(); n],
             stable: vec![None; n],
+            gang,
         })
     }
 
@@ -673,6 +692,7 @@ mod tests {
             roles,
             pending: vec![Pending::default(); 2],
             stable: vec![None, Some(Err("not found".into()))],
+            gang: Gang::NotRequested,
         });
         assert_eq!(pass.problems, ["role decode: not found"]);
         // Without the stable template, replacements come from the target.
@@ -871,5 +891,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_gang_waiting_for_its_podgroup_creates_no_pod() {
+        let rs = roleset(json!([role("decode", 2, 1)]));
+        let creates = |pass: &Pass| pass.roles.iter().map(|r| r.creates.len()).sum::<usize>();
+        assert_eq!(creates(&pass(&rs, &[], &[])), 2);
+        assert_eq!(creates(&pass_with_gang(&rs, &[], &[], Gang::Waiting)), 0);
+        assert_eq!(creates(&pass_with_gang(&rs, &[], &[], Gang::Ready)), 2);
     }
 }
