@@ -33,8 +33,8 @@ use crate::api::{Condition, RoleSet, StormService, controlled_by};
 use crate::planner::render::{headless_service, headless_service_repair};
 use crate::planner::requeue::{self, StormServiceWaits};
 use crate::planner::revision::{
-    UpdateRevision, collision_count_of, current_revision, expired_revisions, sort_history,
-    update_revision,
+    UpdateRevision, collision_count_of, current_revision, cut_over_from, expired_revisions,
+    sort_history, update_revision,
 };
 use crate::planner::roleset::adoption::predict;
 use crate::planner::stormservice::canary::analysis::Measured;
@@ -496,8 +496,9 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
     let status = service.status.clone().unwrap_or_default();
     let mut collision_count = u32::try_from(status.collision_count.unwrap_or(0)).unwrap_or(0);
     let template = &service.spec.template;
-    let mut took_over_from = None;
-    let update = match update_revision(&history, template) {
+    let decided = update_revision(&history, template);
+    let took_over_from = cut_over_from(&history, decided);
+    let update = match decided {
         UpdateRevision::Newest(i) => history[i].clone(),
         UpdateRevision::Rollback { index, revision } => {
             let patch = json!({"revision": revision});
@@ -506,12 +507,6 @@ async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisio
                 .await?
         }
         UpdateRevision::Create { revision } | UpdateRevision::Adopt { revision } => {
-            // The first revision squall writes over one another controller wrote (its name
-            // is not squall's hash of its data) is the cut-over.
-            took_over_from = history
-                .last()
-                .filter(|newest| collision_count_of(newest).is_none())
-                .map(ResourceExt::name_any);
             let (created, count) =
                 write_revision(&writes, service, template, revision, collision_count).await?;
             collision_count = count;

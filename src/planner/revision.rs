@@ -258,6 +258,19 @@ pub fn update_revision(
     }
 }
 
+/// The other controller's revision `update` takes the place of, when this pass is the
+/// cut-over: the first revision squall writes (or adopts) over a newest revision whose name
+/// is not squall's hash of its data. None for a revision reused or rolled back to.
+pub fn cut_over_from(history: &[ControllerRevision], update: UpdateRevision) -> Option<String> {
+    match update {
+        UpdateRevision::Create { .. } | UpdateRevision::Adopt { .. } => history
+            .last()
+            .filter(|newest| collision_count_of(newest).is_none())
+            .map(ResourceExt::name_any),
+        UpdateRevision::Newest(_) | UpdateRevision::Rollback { .. } => None,
+    }
+}
+
 /// The revision RoleSets come from — the stored `currentRevision` while the history holds
 /// it, else `update` — and the stored name when that revision is gone (and is not the
 /// update's).
@@ -451,6 +464,59 @@ mod tests {
             ..named(0)
         };
         assert_eq!(collision_count_of(&renamed), None);
+    }
+
+    #[test]
+    fn the_cut_over_is_the_first_revision_written_over_another_controllers() {
+        let data = revision_data(&template(1, "v1"));
+        let ours = ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(revision_name("llm", &revision_hash(&data, 0))),
+                ..ObjectMeta::default()
+            },
+            data: Some(RawExtension(data.clone())),
+            revision: 1,
+        };
+        let theirs = ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some("llm-6d8f9c7b5".into()),
+                ..ObjectMeta::default()
+            },
+            ..ours.clone()
+        };
+        let create = UpdateRevision::Create { revision: 2 };
+        let adopt = UpdateRevision::Adopt { revision: 1 };
+        assert_eq!(
+            cut_over_from(std::slice::from_ref(&theirs), create),
+            Some("llm-6d8f9c7b5".into())
+        );
+        assert_eq!(
+            cut_over_from(std::slice::from_ref(&theirs), adopt),
+            Some("llm-6d8f9c7b5".into())
+        );
+        assert_eq!(
+            cut_over_from(std::slice::from_ref(&ours), create),
+            None,
+            "ours already"
+        );
+        assert_eq!(
+            cut_over_from(&[], create),
+            None,
+            "a first revision takes over nothing"
+        );
+        let history = [theirs, ours];
+        assert_eq!(cut_over_from(&history, create), None, "past the cut-over");
+        assert_eq!(cut_over_from(&history, UpdateRevision::Newest(1)), None);
+        assert_eq!(
+            cut_over_from(
+                &history,
+                UpdateRevision::Rollback {
+                    index: 0,
+                    revision: 3
+                }
+            ),
+            None
+        );
     }
 
     #[test]
