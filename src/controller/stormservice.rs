@@ -3,7 +3,7 @@
 //! headless Service from the shared caches, and carries out what the planner decides — the headless
 //! Service (`planner::render`), which revision to reuse, roll back to or write and which to delete
 //! (`planner::revision`), the pass — the canary step and the RoleSets to create, delete, move in
-//! place or re-spec (`planner::stormservice::decide`) — and the status (`planner::status`).
+//! place or re-spec (`planner::stormservice::decide`) — and the status (`planner::stormservice::status`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -571,7 +571,7 @@ async fn write_conditions(
     Ok(())
 }
 
-/// Derives the status (`planner::status::stormservice_status`, docs/rollouts.md#conditions),
+/// Derives the status (`planner::stormservice::status::stormservice_status`, docs/rollouts.md#conditions),
 /// records the per-role metrics and writes it when it changed; returns when to look again
 /// (`requeue::stormservice`: the soonest of the progress deadline, the canary's next step,
 /// a held-back write and a Service conflict's recheck).
