@@ -14,7 +14,7 @@ crds:           ## regenerate manifests/crds and the chart's CRD templates
 	UPDATE_CRDS=1 cargo test --test crd_drift
 
 manifests:      ## regenerate manifests/install.yaml from the chart
-	UPDATE_MANIFESTS=1 cargo test -p e2e --test chart -- --include-ignored the_install_manifest_is_the_rendered_chart
+	UPDATE_MANIFESTS=1 cargo test -p e2e --test suite -- --include-ignored shared::chart::the_install_manifest_is_the_rendered_chart
 
 cluster-up:
 	e2e/cluster.sh up

@@ -3,7 +3,7 @@
 # PATH). Creates a cluster, builds and loads the image, installs the chart, waits for the
 # webhooks, runs the kind-compatible tests and exports the cluster's logs.
 #
-# kind-compatible tests are marked in e2e/tests/*.rs by a `// kind-compatible` line above
+# kind-compatible tests are marked in e2e/tests/suite/*/*.rs by a `// kind-compatible` line above
 # the test function: they need no kubelet emulation (kind runs real kubelets, so pods of
 # made-up images never become Ready), no squall process started by the harness, and no
 # operator on loopback. `e2e/kind.sh --list` prints them.
@@ -18,15 +18,15 @@ IMAGE=${SQUALL_IMAGE:-squall:e2e}
 ARTIFACTS=${ARTIFACTS:-$ROOT/target/kind-artifacts}
 NAMESPACE=squall-system
 
-# "file test_name" for every marked test.
+# The module path of every marked test (`shared::canary::name`).
 kind_tests() {
   local file
-  for file in "$ROOT"/e2e/tests/*.rs; do
-    awk -v file="$(basename "$file" .rs)" '
+  for file in "$ROOT"/e2e/tests/suite/*/*.rs; do
+    awk -v module="$(basename "$(dirname "$file")")::$(basename "$file" .rs)" '
       /^\/\/ kind-compatible/ { marked = 1; next }
       marked && match($0, /^(async )?fn [a-z0-9_]+/) {
         name = substr($0, RSTART, RLENGTH); sub(/^(async )?fn /, "", name)
-        print file, name; marked = 0
+        print module "::" name; marked = 0
       }' "$file"
   done
 }
@@ -63,10 +63,10 @@ kubectl wait --for=condition=Established --timeout=60s crd --all
 kubectl -n "$NAMESPACE" rollout status deployment/squall --timeout=120s
 
 failed=0
-while read -r file name; do
-  echo "==> $file::$name"
+while read -r test; do
+  echo "==> $test"
   SQUALL_KUBECTL=$(command -v kubectl) SQUALL_HELM=$(command -v helm) \
-    cargo test --manifest-path "$ROOT/Cargo.toml" -p e2e --locked --test "$file" -- \
-    --include-ignored --exact "$name" || failed=1
+    cargo test --manifest-path "$ROOT/Cargo.toml" -p e2e --locked --test suite -- \
+    --include-ignored --exact "$test" || failed=1
 done < <(kind_tests)
 exit $failed

@@ -109,7 +109,7 @@ for x in s: x.bind(("127.0.0.1", 0))
 print(*(x.getsockname()[1] for x in s))')
   mkdir -p "$W/logs"
   # CRDs come from manifests/crds (the tests apply them); the chart's CRD templates are
-  # exercised by e2e/tests/serial_chart.rs.
+  # exercised by e2e/tests/suite/serial/chart.rs.
   helm upgrade --install "$RELEASE" "$ROOT/charts/squall" --namespace "$NAMESPACE" --create-namespace \
     --set crds.install=false --set bindAddress=127.0.0.1 \
     --set webhook.port="$WEBHOOK_PORT" --set admin.port="$ADMIN_PORT" \

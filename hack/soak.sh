@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make soak`: the fault tests (e2e/tests/serial_faults.rs and the kill / restart tests of
-# serial_stormservice.rs and serial_leader_election.rs) three times in a row on the local
+# `make soak`: the fault tests (e2e/tests/suite/serial/faults.rs and the kill / restart tests
+# of serial/stormservice.rs and serial/leader_election.rs) three times in a row on the local
 # control plane, each run with fresh seeds. Not part of CI. SOAK_RUNS overrides the count.
 set -euo pipefail
 
@@ -21,9 +21,9 @@ fi
 export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig
 cargo build --locked --bin squall
 for run in $(seq 1 "${SOAK_RUNS:-3}"); do
-  for test in serial_faults serial_stormservice serial_leader_election; do
-    echo "==> soak run $run: $test"
-    cargo test --locked -p e2e --test "$test" -- --include-ignored --test-threads=1 --nocapture
+  for topic in faults stormservice leader_election; do
+    echo "==> soak run $run: serial::$topic"
+    cargo test --locked -p e2e --test suite -- --include-ignored --test-threads=1 --nocapture "serial::$topic::"
   done
 done
 echo "soak: ${SOAK_RUNS:-3} runs passed"

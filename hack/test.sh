@@ -59,18 +59,23 @@ phase "tools build (hack/build-tools.sh)" hack/build-tools.sh
 STARTED_CLUSTER=1
 phase "cluster up" e2e/cluster.sh up
 export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig
-# Disruptive tests first, one at a time, each with its own operator (e2e/tests/serial_*.rs).
-for test_file in e2e/tests/serial_*.rs; do
-  name=$(basename "$test_file" .rs)
-  phase "e2e: $name" cargo test -p e2e --locked --test "$name" -- --include-ignored --test-threads=1
+# One e2e binary (e2e/tests/suite), its tests scheduled by module path, one topic (a file of
+# its group) per phase so the timing table names them.
+topics() { # group: the topics of e2e/tests/suite/<group>/
+  local file
+  for file in e2e/tests/suite/"$1"/*.rs; do
+    [[ $(basename "$file") == mod.rs ]] || basename "$file" .rs
+  done
+}
+# Disruptive tests first, one at a time, each with its own operator (suite/serial).
+for topic in $(topics serial); do
+  phase "e2e: serial::$topic" cargo test -p e2e --locked --test suite -- --include-ignored --test-threads=1 "serial::$topic::"
 done
-# Then the ordinary tests, sharing one long-lived operator.
+# Then the ordinary tests, sharing one long-lived operator (suite/shared).
 STARTED_OPERATOR=1
 phase "operator up" e2e/operator.sh start
-for test_file in e2e/tests/*.rs; do
-  name=$(basename "$test_file" .rs)
-  [[ $name == zz_loopback_guard || $name == serial_* ]] && continue
-  phase "e2e: $name" cargo test -p e2e --locked --test "$name" -- --include-ignored
+for topic in $(topics shared); do
+  phase "e2e: shared::$topic" cargo test -p e2e --locked --test suite -- --include-ignored "shared::$topic::"
 done
 # Last: nothing the suite configured or started may reach beyond loopback.
-phase "e2e: zz_loopback_guard" cargo test -p e2e --locked --test zz_loopback_guard -- --include-ignored
+phase "e2e: guard" cargo test -p e2e --locked --test suite -- --include-ignored "guard::"

@@ -1,0 +1,12 @@
+//! Disruptive tests: each starts its own operator (or stops, restarts or replaces
+//! something every test shares), so they run one at a time.
+
+mod admission;
+mod analysis;
+mod certificates;
+mod chart;
+mod cutover;
+mod faults;
+mod gang;
+mod leader_election;
+mod stormservice;
