@@ -436,7 +436,7 @@ impl RoleView<'_> {
 }
 
 impl PauseView<'_> {
-    /// The pause length in seconds ([`crate::api::stormservice::pause_seconds`]).
+    /// The pause length in seconds ([`crate::api::duration::pause_seconds`]).
     pub fn duration_seconds(&self) -> Result<Option<u64>, String> {
         pause_seconds(self.duration.as_ref())
     }

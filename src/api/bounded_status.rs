@@ -1,6 +1,6 @@
 //! Status is input too: every tenant with `edit` may write `*/status`, and the webhooks do
 //! not see those writes. So every status string, integer and list of the three kinds has a
-//! bound in the CRD ([`bounded`], applied to each status type's schema), and a stored status
+//! bound in the CRD (`bounded`, applied to each status type's schema), and a stored status
 //! that is outside them anyway — written before the CRD had the bounds, or into a CRD that
 //! lacks them (AIBrix's) — is treated as absent: [`CheckedStatus`] finds the first field out
 //! of bounds, checked against the very schema the CRD carries, and the caches drop that

@@ -30,7 +30,7 @@ pub const COALESCE_MAX: Duration = Duration::from_secs(60);
 /// least [`COALESCE`], and long enough that those writes, spread over the window, stay
 /// within [`INFORMATIONAL_WRITES_PER_SECOND`] (at most [`COALESCE_MAX`]). A `first` status
 /// that says no more than an absent one (nothing Ready yet, see
-/// [`roleset_status_unwritten`]) waits [`COALESCE_MAX`]: most objects turn Ready within it,
+/// [`roleset_status_unwritten`](crate::planner::roleset::status::roleset_status_unwritten)) waits [`COALESCE_MAX`]: most objects turn Ready within it,
 /// and that write is due at once anyway.
 pub fn coalesce_window(waiting: usize, first: bool) -> Duration {
     if first {

@@ -1,5 +1,6 @@
-//! The one reconcile wrapper every owner kind runs in: the AIBrix guard, the wait for our own
-//! last write, the span, the outcome metric and the finalizer.
+//! What an owner kind is to the kit ([`Owner`]) and the one way each is reconciled: the
+//! wrapper every pass runs in (the AIBrix guard, the wait for our own last write, the span,
+//! the outcome metric and the retry policy), the finalizer, and ordered deletion.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +17,12 @@ use super::error::{Error, retry_delay};
 /// Runs one reconcile of `object`, recording its outcome and duration; a success ends the
 /// object's run of failures (`retry_delay`).
 pub(super) async fn measured<K: kube::Resource<DynamicType = ()>>(
-    controller: &'static str,
     object: Arc<K>,
     ctx: Arc<Context>,
     reconcile: impl std::future::Future<Output = Result<Action, Error>>,
 ) -> Result<Action, Error> {
     let started = std::time::Instant::now();
+    let controller = ctx.controller;
     if let Some((lease, holder)) = ctx.aibrix_holder() {
         // Said once per generation on each object a user created (children are the owner's
         // business; a repeat counts in the event's series); reconciled again when the Lease
@@ -187,7 +188,7 @@ pub async fn reconcile<O: Owner>(object: Arc<O>, ctx: Arc<Context>) -> Result<Ac
 }
 
 /// Ordered deletion of an owner: every child first; the finalizer goes once none is left —
-/// in the cache, then on the API server ([`live_children`]). Until then the reconcile
+/// in the cache, then on the API server ([`super::children::live_children`]). Until then the reconcile
 /// waits ([`Error::Waiting`]): deletions are watched, the requeue is a backstop.
 pub async fn ordered_deletion<O: Owner>(owner: &O, ctx: &Context) -> Result<Action, Error> {
     let mut children: Vec<Vec<Going>> = O::CHILDREN

@@ -103,7 +103,7 @@ async fn drive<O: Owner>(
         .with_config(ControllerConfig::default().concurrency(RECONCILES_IN_FLIGHT))
         .graceful_shutdown_on(shutdown)
         .run(
-            move |object, ctx| measured(name, object.clone(), ctx.clone(), reconcile(object, ctx)),
+            move |object, ctx| measured(object.clone(), ctx.clone(), reconcile(object, ctx)),
             error_policy,
             ctx,
         )

@@ -76,7 +76,7 @@ impl StatusWriter {
     }
 
     /// Records that our write replaced `object` at the version it has in the cache (see
-    /// [`Context::behind`]), and drops the records that expired: they are as many as the
+    /// [`StatusWriter::behind`]), and drops the records that expired: they are as many as the
     /// writes of the last [`EXPECTATION_TIMEOUT`] at most.
     pub fn replaced(&self, object: &impl kube::Resource) {
         let Some(old) = object.meta().resource_version.clone() else {

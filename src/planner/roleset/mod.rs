@@ -6,7 +6,7 @@
 //! the clock.
 //!
 //! A pass is decided in two halves because the controller needs the first to observe for the
-//! second: [`role_children`](super::children::role_children) says which children each role counts (the controller settles
+//! second: [`role_children`](children::role_children) says which children each role counts (the controller settles
 //! its expectations against them and reads the stable revisions they ask for), then
 //! [`decide`] plans.
 
@@ -63,7 +63,7 @@ pub struct PassInput<'a> {
     pub pods: &'a [Arc<CachedPod>],
     /// Its PodSets, as cached.
     pub podsets: &'a [Arc<PodSet>],
-    /// [`role_children`](super::children::role_children) of this RoleSet.
+    /// [`role_children`](children::role_children) of this RoleSet.
     pub roles: Vec<RoleChildren>,
     /// By role, aligned with `roles`.
     pub pending: Vec<Pending>,

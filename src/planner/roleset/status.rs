@@ -103,7 +103,7 @@ pub fn failure(obstacles: Obstacles) -> Option<Failure> {
 
 /// What a RoleSet without a status means to every reader (the StormService controller, a
 /// `kubectl wait`): nothing Ready yet. A first status that says no more than that may wait
-/// like a count — a RoleSet whose pods turn Ready within [`COALESCE_MAX`] gets one status
+/// like a count — a RoleSet whose pods turn Ready within [`COALESCE_MAX`](crate::planner::status::COALESCE_MAX) gets one status
 /// write, not two.
 pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -> RoleSetStatus {
     let names: Vec<&str> = inputs.iter().map(|input| input.name.as_str()).collect();

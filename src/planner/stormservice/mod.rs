@@ -54,7 +54,7 @@ pub struct PassInput<'a> {
     pub pending_deletes: BTreeSet<String>,
     /// Unix seconds.
     pub now: i64,
-    /// Canary analysis measurements taken this pass ([`super::canary::due`]).
+    /// Canary analysis measurements taken this pass ([`canary::due`]).
     pub measured: &'a [canary::analysis::Measured],
 }
 

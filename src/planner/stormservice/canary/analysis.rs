@@ -1,6 +1,6 @@
 //! The analysis machine (docs/rollouts.md#canary-analysis): which measurements are due, how a
 //! measurement is judged, and what the measurements so far say. Pure: the controller asks
-//! [`due`], takes those measurements from the provider, and hands them to the canary step
+//! [`due`](super::due), takes those measurements from the provider, and hands them to the canary step
 //! machine, which records them here ([`record`]) and acts on the [`AnalysisStatus`] phase.
 //!
 //! All timing lives in the status: a metric's first measurement is due `initialDelay` after
