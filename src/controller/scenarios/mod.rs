@@ -87,17 +87,6 @@ const KINDS: [(&str, &str); 7] = [
     ("Event", "events"),
 ];
 
-/// The resources of [`KINDS`]: a path ending in one is a collection.
-const PLURALS: [&str; 7] = {
-    let mut plurals = [""; 7];
-    let mut i = 0;
-    while i < KINDS.len() {
-        plurals[i] = KINDS[i].1;
-        i += 1;
-    }
-    plurals
-};
-
 /// The path of a kind's objects in [`NAMESPACE`].
 fn collection(api_version: &str, kind: &str) -> String {
     let plural = KINDS
@@ -300,7 +289,8 @@ impl ScriptedApi {
         match parts.method {
             Method::GET => match state.objects.get(&path) {
                 Some(object) => answer(StatusCode::OK, object),
-                None if PLURALS.iter().any(|p| path.ends_with(&format!("/{p}"))) => {
+                // A path ending in a resource is a collection: a list.
+                None if KINDS.iter().any(|(_, p)| path.ends_with(&format!("/{p}"))) => {
                     let selector = param("labelSelector").unwrap_or_default();
                     let prefix = format!("{path}/");
                     let items: Vec<Value> = state
