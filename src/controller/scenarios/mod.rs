@@ -142,6 +142,10 @@ impl ScriptedApi {
                 state.version += 1;
                 object["metadata"]["resourceVersion"] = json!(state.version.to_string());
                 object["metadata"]["namespace"] = json!(NAMESPACE);
+                // Every stored object has a UID, as the API server gives one.
+                if object["metadata"]["uid"].is_null() {
+                    object["metadata"]["uid"] = json!(format!("uid-{}", state.version));
+                }
                 state.objects.insert(path_of(&object), object);
             }
         }

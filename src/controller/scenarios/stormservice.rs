@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 use super::{ScriptedApi, path_of, paths};
 use crate::api::StormService;
-use crate::api::keys::{FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME};
+use crate::api::keys::{
+    FINALIZER_STORMSERVICE, LABEL_REVISION_HASH, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME,
+};
 use crate::controller::kit::error::Error;
 
 const ROLESETS: &str = "/apis/orchestration.aibrix.ai/v1alpha1/namespaces/tenant/rolesets";
@@ -321,4 +323,102 @@ async fn a_roles_replicas_changed_respecs_the_rolesets_without_a_new_revision() 
         assert_eq!(roleset["spec"]["roles"][0]["replicas"], 3, "{roleset}");
     }
     assert_eq!(api.objects("apps/v1", "ControllerRevision").len(), 1);
+}
+
+/// The name squall gives the revision of `svc`'s template at `collision_count`.
+fn revision_name_of(svc: &Value, collision_count: u32) -> String {
+    use crate::planner::revision::{revision_data, revision_hash, revision_name};
+    let template: crate::api::RoleSetTemplateSpec =
+        serde_json::from_value(svc["spec"]["template"].clone()).unwrap();
+    revision_name(
+        "svc",
+        &revision_hash(&revision_data(&template), collision_count),
+    )
+}
+
+/// A revision of `svc` named `name`, numbered `revision`, holding `data`.
+fn revision(name: &str, revision: i64, data: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": name, "labels": {LABEL_REVISION_OWNER: "svc", LABEL_REVISION_HASH: "x"},
+            "ownerReferences": [{"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+                "name": "svc", "uid": "svc-uid", "controller": true}]},
+        "revision": revision, "data": data})
+}
+
+#[tokio::test]
+async fn a_revision_name_taken_by_other_data_is_retried_with_the_next_collision_count() {
+    let svc = stormservice(1, "engine:1");
+    let taken = revision_name_of(&svc, 0);
+    // Somebody's object under the name squall would write, holding other data, and not
+    // controlled by the StormService (the cache does not show it; the create meets it).
+    let mut squatter = revision(&taken, 1, json!({"spec": {"roles": []}}));
+    squatter["metadata"]["ownerReferences"] = json!([]);
+    let api = ScriptedApi::holding([svc.clone(), squatter]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let written = format!("{REVISIONS}/{}", revision_name_of(&svc, 1));
+    assert!(
+        paths(&api.writes(), "create").contains(&written),
+        "written under the next name: {:#?}",
+        api.writes()
+    );
+    let status = api.object(&svc_path()).unwrap()["status"].clone();
+    assert_eq!(status["collisionCount"], 1, "{status}");
+    assert_eq!(status["updateRevision"], revision_name_of(&svc, 1));
+    assert_eq!(
+        api.object(&format!("{REVISIONS}/{taken}")).unwrap()["data"],
+        json!({"spec": {"roles": []}}),
+        "the other object is left as it was"
+    );
+}
+
+/// The revision data of `svc`'s template.
+fn data_of(svc: &Value) -> Value {
+    let template: crate::api::RoleSetTemplateSpec =
+        serde_json::from_value(svc["spec"]["template"].clone()).unwrap();
+    crate::planner::revision::revision_data(&template)
+}
+
+#[tokio::test]
+async fn revisions_beyond_the_history_limit_that_nothing_uses_are_deleted_oldest_first() {
+    let (first, second) = (stormservice(1, "engine:0"), stormservice(1, "engine:1"));
+    let mut svc = stormservice(1, "engine:2");
+    svc["spec"]["revisionHistoryLimit"] = json!(1);
+    let old = [
+        revision(&revision_name_of(&first, 0), 1, data_of(&first)),
+        revision(&revision_name_of(&second, 0), 2, data_of(&second)),
+    ];
+    let api = ScriptedApi::holding([svc.clone(), old[0].clone(), old[1].clone()]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let deletes: Vec<_> = api
+        .writes()
+        .into_iter()
+        .filter(|w| w.verb == "delete")
+        .collect();
+    let oldest = format!("{REVISIONS}/{}", revision_name_of(&first, 0));
+    assert_eq!(
+        deletes.iter().map(|d| d.path.clone()).collect::<Vec<_>>(),
+        [oldest],
+        "one beyond the limit of 1 unused, the oldest"
+    );
+    assert!(
+        deletes[0].body["preconditions"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("uid-"))
+    );
+    let kept: Vec<String> = api
+        .objects("apps/v1", "ControllerRevision")
+        .iter()
+        .map(|r| r["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(kept.contains(&revision_name_of(&second, 0)), "{kept:?}");
+    assert!(
+        kept.contains(&revision_name_of(&svc, 0)),
+        "the new one: {kept:?}"
+    );
 }
