@@ -663,3 +663,33 @@ fn the_metrics_know_nothing_of_who_reports_to_them() {
     .collect();
     assert!(reached.is_empty(), "src/metrics.rs imports {reached:?}");
 }
+
+#[test]
+fn the_fast_path_reader_has_one_entry() {
+    // The scanner's shortcuts are sound only where its caller falls back to serde when it
+    // gives up: `scan::review` (and what it returns) is all that leaves the module.
+    let text = production_code(&root().join("src").join("admission").join("scan.rs"));
+    let public: Vec<&str> = text
+        .lines()
+        .map(str::trim_start)
+        .filter(|line| line.starts_with("pub ") || line.starts_with("pub("))
+        .collect();
+    let entry = [
+        "pub struct Scanned<'a> {",
+        "pub uid: &'a str,",
+        "pub kind: &'a str,",
+        "pub namespace: &'a str,",
+        "pub name: &'a str,",
+        "pub view: View<'a>,",
+        "pub fn review<'a>(hook: Hook, body: &'a str) -> Option<Scanned<'a>> {",
+    ];
+    let others: Vec<&&str> = public.iter().filter(|l| !entry.contains(l)).collect();
+    assert!(
+        others.is_empty(),
+        "src/admission/scan.rs makes more than its entry public: {others:#?}"
+    );
+    assert!(
+        public.contains(&entry[6]),
+        "src/admission/scan.rs lost its entry `review`: {public:#?}"
+    );
+}

@@ -11,29 +11,143 @@
 //! deeper than [`MAX_DEPTH`] — and the caller then reads the document with serde, which
 //! decides. So wherever it answers, it answers with exactly the view serde reads (a property
 //! test holds it to that), and it never has to name an error.
+//!
+//! Fenced: [`review`] is the one entry (the webhook's fast path calls it; nothing else reads
+//! with the scanner), so the reader's shortcuts cannot leak into a path that must decide.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::de::IgnoredAny;
 
+use super::hook::Hook;
+use super::validation::{OwnedKind, View};
 use super::view::{
     CanaryView, Count, MetaView, PauseView, PodSpecView, PodTemplateView, RoleSetSpecView,
     RoleSetView, RoleStrategyView, RoleView, SchedulingView, SelectorView, StepView,
     StormServiceSpecView, StormServiceStrategyView, StormServiceView, TemplateMetaView,
     TemplateView,
 };
+use crate::api::GROUP;
 use crate::api::borrowed::{IntOrStr, Str};
 use crate::api::{RoleSetUpdateStrategy, RoleUpdateStrategyType, StormServiceUpdateStrategyType};
 
+/// An ordinary create or update of a webhook's kind, as the scanner read its AdmissionReview.
+pub struct Scanned<'a> {
+    /// The request's `uid`, which the answer repeats.
+    pub uid: &'a str,
+    /// The object's kind (the webhook's).
+    pub kind: &'a str,
+    /// The request's namespace (empty when it has none).
+    pub namespace: &'a str,
+    /// The request's name (empty for a create with a generated name).
+    pub name: &'a str,
+    /// The object, as the rules read it.
+    pub view: View<'a>,
+}
+
+/// The fast path's one entry: an AdmissionReview `body` read as the webhook's serde reading
+/// of it would read it; `None` when the scanner gives up, or when the request is not an
+/// ordinary create or update of `hook`'s kind, or (validating) when it has a stored object.
+pub fn review<'a>(hook: Hook, body: &'a str) -> Option<Scanned<'a>> {
+    let s = &mut Scanner::new(body);
+    let mut seen = Seen::default();
+    let (mut api_version, mut review_kind, mut request) = (None, None, None);
+    s.object(|s, key| {
+        match key {
+            "apiVersion" => (seen.first(0)?, api_version = Some(s.string()?)),
+            "kind" => (seen.first(1)?, review_kind = Some(s.string()?)),
+            "request" => (
+                seen.first(2)?,
+                request = s.nullable(|s| scan_request(hook, s))?,
+            ),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    s.end()?;
+    let ours = review_kind? == "AdmissionReview" && api_version? == "admission.k8s.io/v1";
+    if ours { request } else { None }
+}
+
+/// The request of [`review`].
+fn scan_request<'a>(hook: Hook, s: &mut Scanner<'a>) -> Option<Scanned<'a>> {
+    let mut seen = Seen::default();
+    let (mut uid, mut kind, mut resource, mut name, mut namespace) = (None, None, None, "", None);
+    let (mut operation, mut user_info, mut object, mut stored) = (None, None, None, false);
+    s.object(|s, key| {
+        match key {
+            "uid" => (seen.first(0)?, uid = Some(s.string()?)),
+            "kind" => (
+                seen.first(1)?,
+                kind = Some(scan_kind(s, ["group", "version", "kind"])?),
+            ),
+            "resource" => (
+                seen.first(2)?,
+                resource = Some(scan_kind(s, ["group", "version", "resource"])?),
+            ),
+            "name" => (seen.first(3)?, name = s.string()?),
+            "namespace" => (seen.first(4)?, namespace = s.nullable(Scanner::string)?),
+            "operation" => (seen.first(5)?, operation = Some(s.string()?)),
+            "userInfo" => (seen.first(6)?, user_info = Some(s.skip()?)),
+            "object" => (
+                seen.first(7)?,
+                object = s.nullable(|s| match hook.owned_kind() {
+                    OwnedKind::StormService => View::of_stormservice(stormservice(s)?),
+                    OwnedKind::RoleSet => View::of_roleset(roleset(s)?),
+                    OwnedKind::PodSet => None,
+                })?,
+            ),
+            "oldObject" => (
+                seen.first(8)?,
+                stored = s.nullable(|s| s.object(|s, _| s.skip()))?.is_some(),
+            ),
+            "dryRun" => (seen.first(9)?, s.bool().map(drop)?),
+            _ => (s.skip()?, ()),
+        };
+        Some(())
+    })?;
+    let [group, _, kind] = kind?;
+    resource?;
+    user_info?;
+    // Validation of an update compares with the stored object, which serde reads.
+    let operation = operation?;
+    let ordinary = matches!(operation, "CREATE" | "UPDATE") && (hook.is_mutating() || !stored);
+    if !ordinary || group != GROUP || kind != hook.kind() {
+        return None;
+    }
+    Some(Scanned {
+        uid: uid?,
+        kind,
+        namespace: namespace.unwrap_or_default(),
+        name,
+        view: object?,
+    })
+}
+
+/// A `kind` or `resource` of a request: the three strings `fields`, all required.
+fn scan_kind<'a>(s: &mut Scanner<'a>, fields: [&str; 3]) -> Option<[&'a str; 3]> {
+    let (mut values, mut seen) = ([None; 3], Seen::default());
+    s.object(|s, key| match fields.iter().position(|f| *f == key) {
+        Some(i) => {
+            seen.first(i as u32)?;
+            values[i] = Some(s.string()?);
+            Some(())
+        }
+        None => s.skip(),
+    })?;
+    let [a, b, c] = values;
+    Some([a?, b?, c?])
+}
+
 /// Deepest nesting read (serde_json refuses beyond 128; deeper documents are left to it). A
 /// review's pod templates nest about 20 deep. Below 64: [`Scanner::skip`] keeps a bit per level.
-pub const MAX_DEPTH: usize = 48;
+const MAX_DEPTH: usize = 48;
 const _: () = assert!(MAX_DEPTH < 64);
 
 /// A position in a JSON document. Every reader consumes one value, with the whitespace
 /// before it, or gives up.
-pub struct Scanner<'a> {
+struct Scanner<'a> {
     text: &'a str,
     at: usize,
     depth: usize,
@@ -43,7 +157,7 @@ pub struct Scanner<'a> {
 
 impl<'a> Scanner<'a> {
     /// A scanner at the start of `text`.
-    pub fn new(text: &'a str) -> Self {
+    fn new(text: &'a str) -> Self {
         Self {
             text,
             at: 0,
@@ -79,17 +193,17 @@ impl<'a> Scanner<'a> {
     }
 
     /// Whether the next value is `null` (consumed if it is).
-    pub fn null(&mut self) -> bool {
+    fn null(&mut self) -> bool {
         self.literal("null").is_some()
     }
 
     /// The document ends here (whitespace may follow).
-    pub fn end(&mut self) -> Option<()> {
+    fn end(&mut self) -> Option<()> {
         self.peek().is_none().then_some(())
     }
 
     /// A string without escapes or control characters, borrowed from the document.
-    pub fn string(&mut self) -> Option<&'a str> {
+    fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
         let end = self.stops.next(start);
@@ -105,7 +219,7 @@ impl<'a> Scanner<'a> {
 
     /// An integer written without fraction or exponent (one beyond `i64` gives up, and so
     /// does `-0`, which serde reads as a float).
-    pub fn int(&mut self) -> Option<i64> {
+    fn int(&mut self) -> Option<i64> {
         self.peek()?;
         let sign = if self.eat_raw(b'-').is_some() { -1 } else { 1 };
         let start = self.at;
@@ -141,12 +255,12 @@ impl<'a> Scanner<'a> {
     }
 
     /// An `int32`.
-    pub fn i32(&mut self) -> Option<i32> {
+    fn i32(&mut self) -> Option<i32> {
         i32::try_from(self.int()?).ok()
     }
 
     /// `true` or `false`.
-    pub fn bool(&mut self) -> Option<bool> {
+    fn bool(&mut self) -> Option<bool> {
         if self.literal("true").is_some() {
             Some(true)
         } else {
@@ -156,7 +270,7 @@ impl<'a> Scanner<'a> {
 
     /// Any value, checked as strictly as serde_json checks what it skips. One loop over the
     /// bytes, not a call per value: pod templates are most of what a review skips.
-    pub fn skip(&mut self) -> Option<()> {
+    fn skip(&mut self) -> Option<()> {
         let base = self.depth;
         // Bit d of `objects`: the container at depth d is an object (else an array).
         let mut objects = 0u64;
@@ -229,10 +343,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// An object: `field` reads the value of each key.
-    pub fn object(
-        &mut self,
-        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
-    ) -> Option<()> {
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.enter(b'{')?;
         if self.eat(b'}').is_none() {
             loop {
@@ -250,7 +361,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// An array: `element` reads each element.
-    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.enter(b'[')?;
         if self.eat(b']').is_none() {
             loop {
@@ -276,7 +387,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// What `read` reads, or `None` for `null` (an `Option` field as serde reads it).
-    pub fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+    fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.null() {
             Some(None)
         } else {
@@ -362,18 +473,18 @@ impl Stops {
 
 /// The fields of one object read so far: serde refuses a repeated one, so a reader gives up.
 #[derive(Default)]
-pub struct Seen(u32);
+struct Seen(u32);
 
 impl Seen {
     /// `Some` the first time `field` (below 32) is read.
-    pub fn first(&mut self, field: u32) -> Option<()> {
+    fn first(&mut self, field: u32) -> Option<()> {
         let bit = 1 << field;
         (self.0 & bit == 0).then(|| self.0 |= bit)
     }
 }
 
 /// A StormService, as `serde_json::from_str::<StormServiceView>` reads it.
-pub fn stormservice<'a>(s: &mut Scanner<'a>) -> Option<StormServiceView<'a>> {
+fn stormservice<'a>(s: &mut Scanner<'a>) -> Option<StormServiceView<'a>> {
     let (mut metadata, mut spec, mut seen) = (MetaView::default(), None, Seen::default());
     s.object(|s, key| match key {
         "metadata" => {
@@ -392,7 +503,7 @@ pub fn stormservice<'a>(s: &mut Scanner<'a>) -> Option<StormServiceView<'a>> {
 }
 
 /// A RoleSet, as `serde_json::from_str::<RoleSetView>` reads it.
-pub fn roleset<'a>(s: &mut Scanner<'a>) -> Option<RoleSetView<'a>> {
+fn roleset<'a>(s: &mut Scanner<'a>) -> Option<RoleSetView<'a>> {
     let (mut metadata, mut spec, mut seen) = (MetaView::default(), None, Seen::default());
     s.object(|s, key| match key {
         "metadata" => {

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::admission::defaulting::{PatchWriter, write_defaults, write_view_defaults};
 use crate::admission::hook::Hook;
-use crate::admission::scan::{self, Scanner, Seen};
+use crate::admission::scan;
 use crate::admission::validation::{
     FieldError, OwnedKind, Report, View, validate_json, validate_view,
 };
@@ -541,103 +541,15 @@ fn review_scanned(hook: Hook, body: &[u8], cluster: Cluster<'_>) -> Option<Answe
         // object is scanned for nothing.
         return None;
     }
-    let (names, view) = scan_review(hook, body)?;
-    let decision = decide_view(hook, body.len(), &view, None, cluster)?;
-    Some(answer(hook, body.len(), decision, names))
-}
-
-/// The names and the object's view of an AdmissionReview, read by [`crate::admission::scan`] as
-/// serde reads a [`ReviewView`]; `None` when it gives up, or when the request is not an
-/// ordinary create or update of `hook`'s kind, or (validating) when it has a stored object.
-fn scan_review<'a>(hook: Hook, body: &'a str) -> Option<(Names<'a>, View<'a>)> {
-    let s = &mut Scanner::new(body);
-    let mut seen = Seen::default();
-    let (mut api_version, mut review_kind, mut request) = (None, None, None);
-    s.object(|s, key| {
-        match key {
-            "apiVersion" => (seen.first(0)?, api_version = Some(s.string()?)),
-            "kind" => (seen.first(1)?, review_kind = Some(s.string()?)),
-            "request" => (
-                seen.first(2)?,
-                request = s.nullable(|s| scan_request(hook, s))?,
-            ),
-            _ => (s.skip()?, ()),
-        };
-        Some(())
-    })?;
-    s.end()?;
-    let ours = review_kind? == "AdmissionReview" && api_version? == "admission.k8s.io/v1";
-    if ours { request } else { None }
-}
-
-/// The request of [`scan_review`], as serde reads a [`RequestView`].
-fn scan_request<'a>(hook: Hook, s: &mut Scanner<'a>) -> Option<(Names<'a>, View<'a>)> {
-    let mut seen = Seen::default();
-    let (mut uid, mut kind, mut resource, mut name, mut namespace) = (None, None, None, "", None);
-    let (mut operation, mut user_info, mut object, mut stored) = (None, None, None, false);
-    s.object(|s, key| {
-        match key {
-            "uid" => (seen.first(0)?, uid = Some(s.string()?)),
-            "kind" => (
-                seen.first(1)?,
-                kind = Some(scan_kind(s, ["group", "version", "kind"])?),
-            ),
-            "resource" => (
-                seen.first(2)?,
-                resource = Some(scan_kind(s, ["group", "version", "resource"])?),
-            ),
-            "name" => (seen.first(3)?, name = s.string()?),
-            "namespace" => (seen.first(4)?, namespace = s.nullable(Scanner::string)?),
-            "operation" => (seen.first(5)?, operation = Some(s.string()?)),
-            "userInfo" => (seen.first(6)?, user_info = Some(s.skip()?)),
-            "object" => (
-                seen.first(7)?,
-                object = s.nullable(|s| match hook.owned_kind() {
-                    OwnedKind::StormService => View::of_stormservice(scan::stormservice(s)?),
-                    OwnedKind::RoleSet => View::of_roleset(scan::roleset(s)?),
-                    OwnedKind::PodSet => None,
-                })?,
-            ),
-            "oldObject" => (
-                seen.first(8)?,
-                stored = s.nullable(|s| s.object(|s, _| s.skip()))?.is_some(),
-            ),
-            "dryRun" => (seen.first(9)?, s.bool().map(drop)?),
-            _ => (s.skip()?, ()),
-        };
-        Some(())
-    })?;
-    let [group, _, kind] = kind?;
-    resource?;
-    user_info?;
-    // Validation of an update compares with the stored object, which serde reads.
-    let operation = operation?;
-    let ordinary = matches!(operation, "CREATE" | "UPDATE") && (hook.is_mutating() || !stored);
-    if !ordinary || group != GROUP || kind != hook.kind() {
-        return None;
-    }
+    let scanned = scan::review(hook, body)?;
     let names = Names {
-        uid: uid?,
-        kind,
-        namespace: namespace.unwrap_or_default(),
-        name,
+        uid: scanned.uid,
+        kind: scanned.kind,
+        namespace: scanned.namespace,
+        name: scanned.name,
     };
-    Some((names, object?))
-}
-
-/// A `kind` or `resource` of a request: the three strings `fields`, all required.
-fn scan_kind<'a>(s: &mut Scanner<'a>, fields: [&str; 3]) -> Option<[&'a str; 3]> {
-    let (mut values, mut seen) = ([None; 3], Seen::default());
-    s.object(|s, key| match fields.iter().position(|f| *f == key) {
-        Some(i) => {
-            seen.first(i as u32)?;
-            values[i] = Some(s.string()?);
-            Some(())
-        }
-        None => s.skip(),
-    })?;
-    let [a, b, c] = values;
-    Some([a?, b?, c?])
+    let decision = decide_view(hook, body.len(), &scanned.view, None, cluster)?;
+    Some(answer(hook, body.len(), decision, names))
 }
 
 /// What an answer and its log lines name of the request.
