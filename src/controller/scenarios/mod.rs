@@ -6,6 +6,7 @@
 //! over it and asserts the writes and the stored result. Beside the e2e suite, which runs the
 //! same writers against a real kube-apiserver, not instead of it.
 
+mod podgroups;
 mod podset;
 mod roleset;
 mod stormservice;
@@ -21,11 +22,12 @@ use kube::Client;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
+use super::cache::podgroups::Lookup;
 use super::cache::scope::Caches;
 use super::kit::context::Context;
 use super::kit::error::Error;
 use super::kit::owner::{Owner, reconcile};
-use crate::api::podgroup::PodGroupCrds;
+use crate::api::podgroup::{PodGroupCrds, Scheduler};
 use crate::metrics::Metrics;
 
 /// The namespace every scenario runs in.
@@ -77,7 +79,7 @@ pub fn path_of(object: &Value) -> String {
 }
 
 /// The kinds the scripted API serves, and their resources.
-const KINDS: [(&str, &str); 7] = [
+const KINDS: [(&str, &str); 8] = [
     ("Pod", "pods"),
     ("Service", "services"),
     ("ControllerRevision", "controllerrevisions"),
@@ -85,6 +87,7 @@ const KINDS: [(&str, &str); 7] = [
     ("PodSet", "podsets"),
     ("StormService", "stormservices"),
     ("Event", "events"),
+    ("PodGroup", "podgroups"),
 ];
 
 /// The path of a kind's objects in [`NAMESPACE`].
@@ -194,6 +197,12 @@ impl ScriptedApi {
         object["metadata"]["resourceVersion"] = json!(version.to_string());
     }
 
+    /// Deletes the stored object at `path`, as a user's delete would.
+    pub fn remove(&self, path: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.objects.remove(path).expect("the object is stored");
+    }
+
     /// The stored object at `path`.
     pub fn object(&self, path: &str) -> Option<Value> {
         self.state.lock().unwrap().objects.get(path).cloned()
@@ -211,8 +220,35 @@ impl ScriptedApi {
             .collect()
     }
 
-    /// A context of `O`'s controller over this server, its caches filled from what it holds.
+    /// A context of `O`'s controller over this server, its caches filled from what it holds;
+    /// no PodGroup CRD is known to be served.
     pub async fn context<O: Owner>(&self) -> Arc<Context> {
+        self.context_serving::<O>(PodGroupCrds::Unknown).await
+    }
+
+    /// A context of `O`'s controller over this server whose cluster serves the coscheduling
+    /// PodGroup CRD, its caches (the PodGroups' too) filled from what it holds.
+    pub async fn context_with_coscheduling<O: Owner>(&self) -> Arc<Context> {
+        let ctx = self
+            .context_serving::<O>(PodGroupCrds::known([Scheduler::Coscheduling]))
+            .await;
+        let filled = async {
+            while ctx
+                .caches
+                .podgroups
+                .lookup(Scheduler::Coscheduling, NAMESPACE, "")
+                == Lookup::Starting
+            {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), filled)
+            .await
+            .expect("the PodGroup cache fills from the scripted list");
+        ctx
+    }
+
+    async fn context_serving<O: Owner>(&self, crds: PodGroupCrds) -> Arc<Context> {
         let api = self.clone();
         let service = tower::service_fn(move |request: Request<kube::client::Body>| {
             let api = api.clone();
@@ -224,7 +260,7 @@ impl ScriptedApi {
             &client,
             Some(NAMESPACE),
             &metrics,
-            tokio::sync::watch::channel(PodGroupCrds::Unknown).1,
+            tokio::sync::watch::channel(crds).1,
         );
         for driver in drivers {
             tokio::spawn(driver);

@@ -1,12 +1,16 @@
 //! The RoleSet controller's writes: a role's pods created once however stale the cache, a
 //! refused create by role, a slot's name already taken, a scale-down by UID, an invalid
-//! spec, and ordered deletion.
+//! spec, ordered deletion, an in-place move started, waiting and completed, a pod adopted
+//! under its new hash, and a gang whose PodGroup CRD is missing.
 
 use serde_json::{Value, json};
 
 use super::{ScriptedApi, path_of, paths};
 use crate::api::RoleSet;
-use crate::api::keys::FINALIZER_ROLESET;
+use crate::api::keys::{
+    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, FINALIZER_ROLESET,
+    LABEL_ROLE_TEMPLATE_HASH,
+};
 use crate::controller::kit::error::Error;
 
 const PODS: &str = "/api/v1/namespaces/tenant/pods";
@@ -204,5 +208,125 @@ async fn an_image_change_moves_a_running_pod_in_place() {
     assert!(
         api.event_reasons()
             .contains(&"InPlaceUpdateStarted".to_string())
+    );
+}
+
+/// A running, Ready pod whose one container runs `image`, pulled as `image_id`.
+fn running(image: &str, image_id: &str) -> Value {
+    json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "engine", "ready": true, "restartCount": 0,
+            "image": image, "imageID": image_id, "started": true}]})
+}
+
+#[tokio::test]
+async fn an_in_place_move_waits_for_the_new_image_then_completes() {
+    let mut rs = roleset(1, false);
+    rs["spec"]["roles"][0]["updateStrategy"] = json!({"type": "InPlaceIfPossible"});
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let pod = paths(&api.writes(), "create").remove(0);
+    api.edit(&pod, |pod| pod["status"] = running("engine:1", "sha-1"));
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("engine:2");
+    });
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let started = api.object(&pod).unwrap();
+    let target = started["metadata"]["annotations"][ANNOTATION_IN_PLACE_TARGET_HASH].clone();
+    assert!(target.is_string(), "the move started: {started}");
+
+    // The kubelet reports the new image under the old image ID: not yet.
+    api.edit(&pod, |pod| pod["status"] = running("engine:2", "sha-1"));
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert_eq!(paths(&writes, "patch"), [pod.as_str()], "{writes:#?}");
+    let waiting = api.object(&pod).unwrap();
+    assert_eq!(
+        waiting["metadata"]["annotations"][ANNOTATION_IN_PLACE_PENDING_REASON], "ImageIDUnchanged",
+        "{waiting}"
+    );
+    assert_ne!(
+        waiting["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH],
+        target
+    );
+
+    api.edit(&pod, |pod| pod["status"] = running("engine:2", "sha-2"));
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let done = api.object(&pod).unwrap();
+    assert_eq!(
+        done["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH], target,
+        "the pod is labelled with the template it runs: {done}"
+    );
+    assert_eq!(
+        api.event_reasons(),
+        ["InPlaceUpdateStarted", "InPlaceUpdateCompleted"]
+    );
+    assert!(
+        paths(&api.writes(), "delete").is_empty(),
+        "never recreated: {:#?}",
+        api.writes()
+    );
+}
+
+#[tokio::test]
+async fn a_running_pod_that_already_is_the_template_is_adopted_not_restarted() {
+    let api = ScriptedApi::holding([roleset(1, false)]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let pod = paths(&api.writes(), "create").remove(0);
+    let ours = api.object(&pod).unwrap()["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH].clone();
+    // As AIBrix left it: the same pod under AIBrix's hash of the same template.
+    api.edit(&pod, |pod| {
+        pod["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH] = json!("aibrix-hash");
+        pod["status"] = running("engine:1", "sha-1");
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "create").is_empty() && paths(&writes, "delete").is_empty(),
+        "not replaced: {writes:#?}"
+    );
+    assert_eq!(
+        api.object(&pod).unwrap()["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH],
+        ours,
+        "relabelled with squall's hash"
+    );
+    assert_eq!(api.event_reasons(), ["Adopted"]);
+}
+
+#[tokio::test]
+async fn a_gang_strategy_whose_crd_is_missing_is_reported_once_and_the_pods_still_come() {
+    let mut rs = roleset(2, false);
+    rs["spec"]["schedulingStrategy"] =
+        json!({"coschedulingSchedulingStrategy": {"scheduleTimeoutSeconds": 60}});
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    for _ in 0..2 {
+        api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    }
+    assert_eq!(
+        paths(&api.writes(), "create").len(),
+        2,
+        "{:#?}",
+        api.writes()
+    );
+    assert_eq!(
+        api.event_reasons(),
+        ["PodGroupCRDMissing"],
+        "once per generation"
+    );
+    let failure = condition(&api, "ReplicaFailure").expect("ReplicaFailure");
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap()
+            .contains("podgroups.scheduling.x-k8s.io"),
+        "{failure}"
     );
 }

@@ -1,13 +1,17 @@
 //! The StormService controller's writes: its revision, headless Service and RoleSets; a
 //! Service somebody else owns; a drifted Service repaired; a refused RoleSet; a scale-down by
-//! UID; a rollback that reuses its revision; an invalid spec; and ordered deletion.
+//! UID; a rollback that reuses its revision; an invalid spec; ordered deletion; a pooled
+//! canary's move in place, guarded by the version it was decided from; and a canary whose
+//! stable revision is gone.
 
+use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use super::{ScriptedApi, path_of, paths};
 use crate::api::StormService;
 use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_REVISION_HASH, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME,
+    LABEL_STORM_SERVICE_REVISION,
 };
 use crate::controller::kit::error::Error;
 
@@ -421,4 +425,167 @@ async fn revisions_beyond_the_history_limit_that_nothing_uses_are_deleted_oldest
         kept.contains(&revision_name_of(&svc, 0)),
         "the new one: {kept:?}"
     );
+}
+
+/// A pooled StormService (one RoleSet whose roles are pools, moved in place) whose canary
+/// moves 25 % and then waits for promote.
+fn pooled_canary(image: &str) -> Value {
+    let mut svc = stormservice(1, image);
+    svc["spec"]["updateStrategy"] = json!({"type": "InPlaceUpdate",
+        "canary": {"steps": [{"setWeight": 25}, {"pause": {}}]}});
+    svc["spec"]["template"]["spec"]["roles"][0]["replicas"] = json!(4);
+    svc
+}
+
+fn set_image(image: &'static str) -> impl FnOnce(&mut Value) {
+    move |svc: &mut Value| {
+        svc["spec"]["template"]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+            json!(image)
+    }
+}
+
+/// A pooled canary's StormService reconciled once at `engine:1` (its stable revision and
+/// its one RoleSet), then edited to `engine:2`: the scripted server, the RoleSet's path and
+/// the stable revision's name.
+async fn pooled_canary_edited() -> (ScriptedApi, String, String) {
+    let api = ScriptedApi::holding([pooled_canary("engine:1")]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let stable = api.object(&svc_path()).unwrap()["status"]["currentRevision"]
+        .as_str()
+        .expect("a current revision")
+        .to_string();
+    let rolesets = api.objects("orchestration.aibrix.ai/v1alpha1", "RoleSet");
+    assert_eq!(rolesets.len(), 1, "one pool: {rolesets:#?}");
+    api.edit(&svc_path(), set_image("engine:2"));
+    (api, path_of(&rolesets[0]), stable)
+}
+
+#[tokio::test]
+async fn a_pooled_canary_moves_its_roleset_in_place_guarded_by_its_version() {
+    let (api, roleset, stable) = pooled_canary_edited().await;
+    let version = api.object(&roleset).unwrap()["metadata"]["resourceVersion"].clone();
+    let ctx = api.context::<StormService>().await;
+    let before = api.writes().len();
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "create")
+            .iter()
+            .all(|p| p.starts_with(REVISIONS)),
+        "the canary's revision, and no RoleSet: {writes:#?}"
+    );
+    assert!(paths(&writes, "delete").is_empty(), "{writes:#?}");
+    let moves: Vec<_> = writes.iter().filter(|w| w.path == roleset).collect();
+    assert_eq!(moves.len(), 1, "one move of the pool: {writes:#?}");
+    assert_eq!(
+        moves[0].body[0],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": version}),
+        "guarded by the version it was decided from"
+    );
+    let moved = api.object(&roleset).unwrap();
+    let role = &moved["spec"]["roles"][0];
+    assert_eq!(
+        role["rollout"],
+        json!({"partition": 3, "stableRevision": stable}),
+        "25 % of 4 pods move, 3 stay on the stable revision: {role}"
+    );
+    assert_eq!(
+        role["template"]["spec"]["containers"][0]["image"],
+        "engine:2"
+    );
+    let status = api.object(&svc_path()).unwrap()["status"].clone();
+    assert_eq!(
+        moved["metadata"]["labels"][LABEL_STORM_SERVICE_REVISION], status["updateRevision"],
+        "the pool is labelled with the canary's revision: {moved}"
+    );
+    let canary = &status["canaryStatus"];
+    assert_eq!(
+        (
+            &canary["mode"],
+            &canary["currentStep"],
+            &canary["stableRevision"]
+        ),
+        (&json!("Pooled"), &json!(0), &json!(stable)),
+        "{canary}"
+    );
+    assert_eq!(canary["roles"][0]["target"], 1, "{canary}");
+    assert!(
+        api.event_reasons().contains(&"CanaryStarted".to_string()),
+        "{:?}",
+        api.event_reasons()
+    );
+}
+
+#[tokio::test]
+async fn a_pooled_move_decided_from_a_stale_roleset_is_refused_not_written_over() {
+    let (api, roleset, _) = pooled_canary_edited().await;
+    let ctx = api.context::<StormService>().await;
+    // Somebody's write the cache has not shown yet.
+    api.edit(&roleset, |r| {
+        r["metadata"]["labels"]["team"] = json!("inference");
+    });
+    let result = api.reconcile::<StormService>(&ctx, &svc_path()).await;
+    assert!(result.is_err(), "retried: {result:?}");
+    let kept = api.object(&roleset).unwrap();
+    assert_eq!(kept["metadata"]["labels"]["team"], "inference");
+    let role = &kept["spec"]["roles"][0];
+    assert!(role["rollout"].is_null(), "not moved: {role}");
+    assert_eq!(
+        role["template"]["spec"]["containers"][0]["image"],
+        "engine:1"
+    );
+}
+
+#[tokio::test]
+async fn a_canary_whose_stable_revision_is_gone_waits_and_says_so_once() {
+    let (api, roleset, stable) = pooled_canary_edited().await;
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let moved = api.object(&roleset).unwrap();
+    // A user deletes the stable revision mid-canary.
+    api.remove(&format!("{REVISIONS}/{stable}"));
+    let ctx = api.context::<StormService>().await;
+    let before = api.writes().len();
+    for _ in 0..2 {
+        let action = api
+            .reconcile::<StormService>(&ctx, &svc_path())
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change(), "until the user acts");
+    }
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.path == format!("{}/status", svc_path())),
+        "only the status: {writes:#?}"
+    );
+    assert_eq!(
+        api.object(&roleset).unwrap(),
+        moved,
+        "the pool stays as it is"
+    );
+    let progressing = condition(&api, "Progressing").expect("Progressing");
+    assert_eq!(
+        (&progressing["status"], &progressing["reason"]),
+        (&json!("False"), &json!("StableRevisionMissing")),
+        "{progressing}"
+    );
+    assert!(
+        progressing["message"].as_str().unwrap().contains(&stable),
+        "{progressing}"
+    );
+    let warned = api
+        .event_reasons()
+        .iter()
+        .filter(|r| *r == "StableRevisionMissing")
+        .count();
+    assert_eq!(warned, 1, "once per generation: {:?}", api.event_reasons());
 }
