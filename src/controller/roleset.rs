@@ -46,6 +46,7 @@ use crate::planner::roleset::status::{
     Failure, Obstacles, ROLESET_COUNTERS, failure, roleset_status, roleset_status_unwritten,
 };
 use crate::planner::roleset::{NewChild, PassInput, Pending, RoleWrites, decide};
+use crate::planner::status::Reason;
 
 impl Owner for RoleSet {
     const CONTROLLER: &'static str = "roleset";
@@ -256,7 +257,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     {
         ctx.warn(
             roleset,
-            "PodGroupCRDMissing",
+            Reason::PodGroupCrdMissing.as_str(),
             "SyncPodGroup",
             message.clone(),
         )
@@ -447,11 +448,11 @@ async fn set_in_place_condition(
     let now = now.to_string();
     let mut conditions = vec![json!({"type": CONDITION_IN_PLACE_READY,
         "status": if ready { "True" } else { "False" },
-        "reason": if ready { "InPlaceUpdateCompleted" } else { "InPlaceUpdating" },
+        "reason": if ready { Reason::InPlaceUpdateCompleted } else { Reason::InPlaceUpdating }.as_str(),
         "lastTransitionTime": now})];
     if !ready {
         conditions.push(json!({"type": "Ready", "status": "False",
-            "reason": "InPlaceUpdating", "lastTransitionTime": now}));
+            "reason": Reason::InPlaceUpdating.as_str(), "lastTransitionTime": now}));
     }
     api.patch_status(
         name,

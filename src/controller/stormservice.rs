@@ -37,6 +37,7 @@ use crate::planner::revision::{
     sort_history, update_revision,
 };
 use crate::planner::roleset::adoption::predict;
+use crate::planner::status::Reason;
 use crate::planner::stormservice::canary::analysis::Measured;
 use crate::planner::stormservice::canary::{CanaryDecision, Ended, Transition, TransitionReason};
 use crate::planner::stormservice::replicas::PendingRoleSet;
@@ -101,8 +102,13 @@ async fn apply(service: &StormService, ctx: &Context) -> Result<Action, Error> {
     if let Some(held) = stable_revision_missing(service, revisions.stable_missing.as_deref(), now) {
         if ctx.once_per_generation(service, "stable revision missing") {
             let message = held.message.clone().unwrap_or_default();
-            ctx.warn(service, "StableRevisionMissing", "Canary", message)
-                .await;
+            ctx.warn(
+                service,
+                Reason::StableRevisionMissing.as_str(),
+                "Canary",
+                message,
+            )
+            .await;
         }
         write_conditions(service, ctx, vec![held]).await?;
         return Ok(Action::await_change());

@@ -97,20 +97,121 @@ impl ConditionStatus {
     }
 }
 
+/// Why a condition says what it says: every reason squall writes, one variant each, so a
+/// reason is matched and compared as a value and spelt once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The spec passes validation (`InvalidSpec` False).
+    Valid,
+    /// The spec fails validation (`InvalidSpec` True).
+    ValidationFailed,
+    /// Not ready because the spec is invalid.
+    InvalidSpec,
+    /// Every role of a RoleSet is ready.
+    RoleSetReady,
+    /// Some role of a RoleSet is not ready.
+    RolesNotReady,
+    /// Every RoleSet of a StormService is updated and Ready.
+    RoleSetsReady,
+    /// Some RoleSet of a StormService is not updated and Ready.
+    RoleSetsNotReady,
+    /// Enough RoleSets serve (`Available` True).
+    MinimumRoleSetsServing,
+    /// Too few RoleSets serve (`Available` False).
+    MinimumRoleSetsNotServing,
+    /// A rollout is moving.
+    RollingOut,
+    /// The rollout is done.
+    RolloutComplete,
+    /// `spec.paused`: rollouts wait.
+    Paused,
+    /// A canary pause step waits.
+    CanaryPaused,
+    /// Rollouts proceed (`Paused` False).
+    Running,
+    /// A rollout made no progress within its deadline.
+    ProgressDeadlineExceeded,
+    /// The canary's stable revision is gone.
+    StableRevisionMissing,
+    /// A canary analysis is measuring.
+    Measuring,
+    /// A canary analysis succeeded.
+    Successful,
+    /// A canary analysis was inconclusive.
+    Inconclusive,
+    /// A canary analysis failed.
+    MetricFailed,
+    /// The headless Service is another's.
+    NotOwned,
+    /// Not ready because of a `ReplicaFailure`.
+    ReplicaFailure,
+    /// The API server refused a create.
+    FailedCreate,
+    /// RoleSets report their own `ReplicaFailure`.
+    RoleSetFailure,
+    /// The spec or the children could not be planned.
+    ReconcileError,
+    /// The gang's PodGroup is another's.
+    PodGroupConflict,
+    /// A PodGroup is asked for whose CRD is not installed.
+    PodGroupCrdMissing,
+    /// A pod's containers are being updated in place.
+    InPlaceUpdating,
+    /// A pod runs its new template after an in-place update.
+    InPlaceUpdateCompleted,
+}
+
+impl Reason {
+    /// The value stored in `reason` (CamelCase, as the conventions ask).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Valid => "Valid",
+            Self::ValidationFailed => "ValidationFailed",
+            Self::InvalidSpec => "InvalidSpec",
+            Self::RoleSetReady => "RoleSetReady",
+            Self::RolesNotReady => "RolesNotReady",
+            Self::RoleSetsReady => "RoleSetsReady",
+            Self::RoleSetsNotReady => "RoleSetsNotReady",
+            Self::MinimumRoleSetsServing => "MinimumRoleSetsServing",
+            Self::MinimumRoleSetsNotServing => "MinimumRoleSetsNotServing",
+            Self::RollingOut => "RollingOut",
+            Self::RolloutComplete => "RolloutComplete",
+            Self::Paused => "Paused",
+            Self::CanaryPaused => "CanaryPaused",
+            Self::Running => "Running",
+            Self::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            Self::StableRevisionMissing => "StableRevisionMissing",
+            Self::Measuring => "Measuring",
+            Self::Successful => "Successful",
+            Self::Inconclusive => "Inconclusive",
+            Self::MetricFailed => "MetricFailed",
+            Self::NotOwned => "NotOwned",
+            Self::ReplicaFailure => "ReplicaFailure",
+            Self::FailedCreate => "FailedCreate",
+            Self::RoleSetFailure => "RoleSetFailure",
+            Self::ReconcileError => "ReconcileError",
+            Self::PodGroupConflict => "PodGroupConflict",
+            Self::PodGroupCrdMissing => "PodGroupCRDMissing",
+            Self::InPlaceUpdating => "InPlaceUpdating",
+            Self::InPlaceUpdateCompleted => "InPlaceUpdateCompleted",
+        }
+    }
+}
+
 /// What a condition says: its status, its reason and its message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Said {
     /// Its status.
     pub status: ConditionStatus,
-    /// Its reason (CamelCase, as the conventions ask).
-    pub reason: &'static str,
+    /// Its reason.
+    pub reason: Reason,
     /// What people read.
     pub message: String,
 }
 
 impl Said {
     /// `status` for `reason`, saying `message`.
-    pub fn new(status: ConditionStatus, reason: &'static str, message: String) -> Self {
+    pub fn new(status: ConditionStatus, reason: Reason, message: String) -> Self {
         Self {
             status,
             reason,
@@ -123,7 +224,7 @@ impl Said {
 pub fn condition(
     type_: &str,
     status: ConditionStatus,
-    reason: &str,
+    reason: Reason,
     message: String,
     generation: Option<i64>,
     now: Timestamp,
@@ -132,7 +233,7 @@ pub fn condition(
         type_: type_.into(),
         status: status.as_str().into(),
         last_transition_time: Some(Time(now)),
-        reason: Some(reason.into()),
+        reason: Some(reason.as_str().into()),
         message: Some(bounded_text(message, STATUS_MESSAGE_CHARS)),
         observed_generation: generation,
         ..Condition::default()

@@ -3,7 +3,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::status::{ConditionStatus, condition, keep_transition_times};
+use super::status::{ConditionStatus, Reason, condition, keep_transition_times};
 use crate::api::keys::CONDITION_REPLICA_FAILURE;
 use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
 use crate::planner::podgroup::Gang;
@@ -129,7 +129,7 @@ pub fn podset_status(
         let mut conditions = vec![condition(
             CONDITION_REPLICA_FAILURE,
             ConditionStatus::True,
-            "FailedCreate",
+            Reason::FailedCreate,
             message.to_owned(),
             generation,
             now,

@@ -7,7 +7,7 @@ use super::roles::{PodView, RoleInput};
 use crate::api::keys::{CONDITION_READY, CONDITION_REPLICA_FAILURE};
 use crate::api::{RoleSetStatus, RoleStatus};
 
-use crate::planner::status::{ConditionStatus, condition, keep_transition_times};
+use crate::planner::status::{ConditionStatus, Reason, condition, keep_transition_times};
 
 /// The pod counters of a RoleSet's status (`roles`): they move with every pod.
 pub const ROLESET_COUNTERS: &[&str] = &["roles"];
@@ -47,12 +47,12 @@ pub enum Failure {
 
 impl Failure {
     /// The condition's reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::FailedCreate(_) => "FailedCreate",
-            Self::ReconcileError(_) => "ReconcileError",
-            Self::PodGroupConflict(_) => "PodGroupConflict",
-            Self::PodGroupCrdMissing(_) => "PodGroupCRDMissing",
+            Self::FailedCreate(_) => Reason::FailedCreate,
+            Self::ReconcileError(_) => Reason::ReconcileError,
+            Self::PodGroupConflict(_) => Reason::PodGroupConflict,
+            Self::PodGroupCrdMissing(_) => Reason::PodGroupCrdMissing,
         }
     }
 
@@ -121,7 +121,7 @@ pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -
         conditions: Some(vec![condition(
             CONDITION_READY,
             ConditionStatus::False,
-            "RolesNotReady",
+            Reason::RolesNotReady,
             format!("roles not ready: {}", names.join(", ")),
             generation,
             Timestamp::UNIX_EPOCH,
@@ -147,7 +147,7 @@ pub fn roleset_status(
         None if not_ready.is_empty() => condition(
             CONDITION_READY,
             ConditionStatus::True,
-            "RoleSetReady",
+            Reason::RoleSetReady,
             "every role is updated (up to its partition) and ready".into(),
             generation,
             now,
@@ -155,7 +155,7 @@ pub fn roleset_status(
         None => condition(
             CONDITION_READY,
             ConditionStatus::False,
-            "RolesNotReady",
+            Reason::RolesNotReady,
             format!("roles not ready: {}", not_ready.join(", ")),
             generation,
             now,
@@ -163,7 +163,7 @@ pub fn roleset_status(
         Some(failure) => condition(
             CONDITION_READY,
             ConditionStatus::False,
-            "ReplicaFailure",
+            Reason::ReplicaFailure,
             failure.message().to_string(),
             generation,
             now,
@@ -485,7 +485,7 @@ mod tests {
         };
         let reported = failure(missing).expect("the missing CRD");
         assert_eq!(
-            (reported.reason(), reported.message()),
+            (reported.reason().as_str(), reported.message()),
             ("PodGroupCRDMissing", "no CRD")
         );
         assert_eq!(failure(Obstacles::default()), None);

@@ -19,7 +19,7 @@ use crate::api::keys::{
 };
 use crate::api::{CanaryPhase, Condition, RoleSet, RoleStatus, StormService, StormServiceStatus};
 
-use crate::planner::status::{ConditionStatus, Said, condition, keep_transition_times};
+use crate::planner::status::{ConditionStatus, Reason, Said, condition, keep_transition_times};
 
 /// The pod counters of a StormService's status: summed from its RoleSets' on every pass.
 pub const STORMSERVICE_COUNTERS: &[&str] = &[
@@ -55,22 +55,22 @@ fn analysis_condition(canary: Option<&crate::api::CanaryStatus>) -> Option<Said>
     Some(match worst.phase {
         AnalysisPhase::Failed => Said::new(
             ConditionStatus::False,
-            "MetricFailed",
+            Reason::MetricFailed,
             message.unwrap_or_else(|| format!("{which} failed")),
         ),
         AnalysisPhase::Inconclusive => Said::new(
             ConditionStatus::Unknown,
-            "Inconclusive",
+            Reason::Inconclusive,
             message.unwrap_or_else(|| format!("{which} is inconclusive")),
         ),
         AnalysisPhase::Running => Said::new(
             ConditionStatus::True,
-            "Measuring",
+            Reason::Measuring,
             format!("{which} is measuring"),
         ),
         AnalysisPhase::Successful => Said::new(
             ConditionStatus::True,
-            "Successful",
+            Reason::Successful,
             format!("{which} succeeded"),
         ),
     })
@@ -112,7 +112,7 @@ pub fn invalid_spec_conditions(
         condition(
             CONDITION_INVALID_SPEC,
             ConditionStatus::True,
-            "ValidationFailed",
+            Reason::ValidationFailed,
             message.to_string(),
             generation,
             now,
@@ -120,7 +120,7 @@ pub fn invalid_spec_conditions(
         condition(
             CONDITION_READY,
             ConditionStatus::False,
-            "InvalidSpec",
+            Reason::InvalidSpec,
             "the spec is invalid; RoleSets are left as they are".into(),
             generation,
             now,
@@ -149,7 +149,7 @@ pub fn stable_revision_missing(
     Some(condition(
         CONDITION_PROGRESSING,
         ConditionStatus::False,
-        "StableRevisionMissing",
+        Reason::StableRevisionMissing,
         message,
         service.metadata.generation,
         now,
@@ -210,7 +210,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
             CONDITION_INVALID_SPEC,
             Said::new(
                 ConditionStatus::False,
-                "Valid",
+                Reason::Valid,
                 "the spec passes validation".into(),
             ),
         ),
@@ -224,7 +224,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
     if let Some(message) = input.service_conflict {
         conditions.push(new(
             CONDITION_SERVICE_CONFLICT,
-            Said::new(ConditionStatus::True, "NotOwned", message.to_string()),
+            Said::new(ConditionStatus::True, Reason::NotOwned, message.to_string()),
         ));
     }
     let canary_status = input.canary.and_then(|c| c.status.as_ref());
@@ -371,13 +371,13 @@ fn ready_condition(counts: &ServiceCounts<'_>) -> Said {
     if counts.complete {
         Said::new(
             ConditionStatus::True,
-            "RoleSetsReady",
+            Reason::RoleSetsReady,
             format!("{} of {desired} RoleSets updated and Ready", counts.ready),
         )
     } else {
         Said::new(
             ConditionStatus::False,
-            "RoleSetsNotReady",
+            Reason::RoleSetsNotReady,
             format!(
                 "{} of {desired} RoleSets updated and Ready",
                 counts.updated_ready
@@ -398,9 +398,17 @@ fn available_condition(service: &StormService, counts: &ServiceCounts<'_>) -> Sa
         counts.serving
     );
     if counts.serving >= needed {
-        Said::new(ConditionStatus::True, "MinimumRoleSetsServing", message)
+        Said::new(
+            ConditionStatus::True,
+            Reason::MinimumRoleSetsServing,
+            message,
+        )
     } else {
-        Said::new(ConditionStatus::False, "MinimumRoleSetsNotServing", message)
+        Said::new(
+            ConditionStatus::False,
+            Reason::MinimumRoleSetsNotServing,
+            message,
+        )
     }
 }
 
@@ -409,11 +417,15 @@ fn paused_condition(service: &StormService) -> Said {
     if service.spec.paused == Some(true) {
         Said::new(
             ConditionStatus::True,
-            "Paused",
+            Reason::Paused,
             "spec.paused is set: scaling continues, rollouts wait".into(),
         )
     } else {
-        Said::new(ConditionStatus::False, "Running", "rollouts proceed".into())
+        Said::new(
+            ConditionStatus::False,
+            Reason::Running,
+            "rollouts proceed".into(),
+        )
     }
 }
 
@@ -452,7 +464,10 @@ fn progressing_condition(
     let last_progress = match previous {
         Some(c)
             if !moved
-                && waiting == matches!(c.reason.as_deref(), Some("Paused" | "CanaryPaused")) =>
+                && waiting
+                    == [Reason::Paused, Reason::CanaryPaused]
+                        .iter()
+                        .any(|r| c.reason.as_deref() == Some(r.as_str())) =>
         {
             c.last_update_time.as_ref().map_or(now, |t| t.0)
         }
@@ -468,13 +483,13 @@ fn progressing_condition(
     } = if counts.complete {
         Said::new(
             ConditionStatus::True,
-            "RolloutComplete",
+            Reason::RolloutComplete,
             "every RoleSet is updated and Ready".into(),
         )
     } else if paused {
         Said::new(
             ConditionStatus::Unknown,
-            "Paused",
+            Reason::Paused,
             "the rollout is paused".into(),
         )
     } else if canary_paused {
@@ -494,11 +509,15 @@ fn progressing_condition(
         } else {
             "the canary waits in a pause step"
         };
-        Said::new(ConditionStatus::Unknown, "CanaryPaused", message.into())
+        Said::new(
+            ConditionStatus::Unknown,
+            Reason::CanaryPaused,
+            message.into(),
+        )
     } else if stalled_for >= deadline {
         Said::new(
             ConditionStatus::False,
-            "ProgressDeadlineExceeded",
+            Reason::ProgressDeadlineExceeded,
             format!("no progress for {stalled_for}s (progressDeadlineSeconds {deadline})"),
         )
     } else {
@@ -506,7 +525,7 @@ fn progressing_condition(
         deadline_in = Some(Duration::from_secs(left));
         Said::new(
             ConditionStatus::True,
-            "RollingOut",
+            Reason::RollingOut,
             format!(
                 "{} of {} RoleSets updated and Ready",
                 counts.updated_ready, counts.desired
@@ -631,9 +650,9 @@ fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>
 /// Why replicas are missing, if they are: a RoleSet create the API server refused
 /// (`FailedCreate`), or RoleSets that report their own `ReplicaFailure` (`RoleSetFailure`,
 /// naming them) — the StormService is where users look.
-fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(&'static str, String)> {
+fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(Reason, String)> {
     if let Some(message) = refused {
-        return Some(("FailedCreate", message.to_string()));
+        return Some((Reason::FailedCreate, message.to_string()));
     }
     let failing: Vec<String> = active
         .iter()
@@ -652,7 +671,7 @@ fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(&'stat
             ))
         })
         .collect();
-    (!failing.is_empty()).then(|| ("RoleSetFailure", failing.join("; ")))
+    (!failing.is_empty()).then(|| (Reason::RoleSetFailure, failing.join("; ")))
 }
 
 #[cfg(test)]
@@ -908,7 +927,7 @@ mod tests {
                 condition(
                     CONDITION_READY,
                     ConditionStatus::False,
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     "old".into(),
                     Some(1),
                     then,
@@ -916,7 +935,7 @@ mod tests {
                 condition(
                     CONDITION_PROGRESSING,
                     ConditionStatus::True,
-                    "Rolling",
+                    Reason::RollingOut,
                     "x".into(),
                     Some(1),
                     then,
