@@ -104,11 +104,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
             deletes: expectation.deletes,
         });
         stable.push(match &role.stable_revision {
-            Some(name) => Some(
-                stable_revision(roleset, name, ctx)
-                    .await
-                    .map_err(|e| e.to_string()),
-            ),
+            Some(name) => Some(stable_revision(roleset, name, ctx).await?),
             None => None,
         });
     }
@@ -463,16 +459,22 @@ async fn set_in_place_condition(
 }
 
 /// A stable ControllerRevision (docs/rollouts.md#the-pooled-canary-the-role-rollout-block):
-/// StormServices' revisions are cached; one written by someone else is read.
+/// StormServices' revisions are cached; one written by someone else is read. One that is not
+/// there is the role's problem (its status says so); a read that fails is retried rather than
+/// taken for a missing revision.
 async fn stable_revision(
     roleset: &RoleSet,
     name: &str,
     ctx: &Context,
-) -> Result<Arc<ControllerRevision>, Error> {
+) -> Result<Result<Arc<ControllerRevision>, String>, Error> {
     let namespace = roleset.namespace().unwrap_or_default();
     if let Some(cached) = ctx.caches.revisions.get(&namespace, name) {
-        return Ok(cached);
+        return Ok(Ok(cached));
     }
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &namespace);
-    Ok(Arc::new(api.get(name).await?))
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(Arc::new)
+        .ok_or_else(|| format!("the stable ControllerRevision {name} is not found")))
 }

@@ -57,6 +57,9 @@ struct State {
     /// By path.
     objects: BTreeMap<String, Value>,
     writes: Vec<Write>,
+    /// The paths of the single objects read or looked for (GET, lists and watches aside), in
+    /// order.
+    reads: Vec<String>,
     events: Vec<Value>,
     refusals: Vec<Refusal>,
     version: u64,
@@ -155,7 +158,7 @@ impl ScriptedApi {
         api
     }
 
-    /// Refuses every `verb` (`create`, `patch`, `delete`) of a path containing
+    /// Refuses every `verb` (`create`, `patch`, `delete`, `read`) of a path containing
     /// `path_contains` with `code` and `message`.
     pub fn refuse(&self, verb: &'static str, path_contains: &str, code: u16, message: &str) {
         self.state.lock().unwrap().refusals.push(Refusal {
@@ -171,6 +174,11 @@ impl ScriptedApi {
         self.state.lock().unwrap().writes.clone()
     }
 
+    /// The paths of the single objects read so far (not the caches' lists), in order.
+    pub fn reads(&self) -> Vec<String> {
+        self.state.lock().unwrap().reads.clone()
+    }
+
     /// The reasons of the events published so far, in order.
     pub fn event_reasons(&self) -> Vec<String> {
         let state = self.state.lock().unwrap();
@@ -179,6 +187,12 @@ impl ScriptedApi {
             .iter()
             .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
             .collect()
+    }
+
+    /// The first event published with `reason`, as sent.
+    pub fn event(&self, reason: &str) -> Option<Value> {
+        let state = self.state.lock().unwrap();
+        state.events.iter().find(|e| e["reason"] == reason).cloned()
     }
 
     /// Changes the stored object at `path` as a user's write would (a new version, and a new
@@ -327,8 +341,11 @@ impl ScriptedApi {
             return failure(refusal.code, "Refused", &refusal.message.clone());
         }
         match parts.method {
-            Method::GET => match state.objects.get(&path) {
-                Some(object) => answer(StatusCode::OK, object),
+            Method::GET => match state.objects.get(&path).cloned() {
+                Some(object) => {
+                    state.reads.push(path);
+                    answer(StatusCode::OK, &object)
+                }
                 // A path ending in a resource is a collection: a list.
                 None if KINDS.iter().any(|(_, p)| path.ends_with(&format!("/{p}"))) => {
                     let selector = param("labelSelector").unwrap_or_default();
@@ -349,7 +366,10 @@ impl ScriptedApi {
                             "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
                     )
                 }
-                None => failure(404, "NotFound", "not found"),
+                None => {
+                    state.reads.push(path);
+                    failure(404, "NotFound", "not found")
+                }
             },
             Method::POST => {
                 let mut object = body.clone();

@@ -1,19 +1,21 @@
 //! The RoleSet controller's writes: a role's pods created once however stale the cache, a
 //! refused create by role, a slot's name already taken, a scale-down by UID, an invalid
-//! spec, ordered deletion, an in-place move started, waiting and completed, a pod adopted
-//! under its new hash, and a gang whose PodGroup CRD is missing.
+//! spec, ordered deletion, an in-place move started, waiting and completed (and a gated
+//! pod's conditions around it), a change in-place cannot make, a pod adopted under its new
+//! hash, a gang whose PodGroup CRD is missing, and a multi-node role's PodSets.
 
 use serde_json::{Value, json};
 
 use super::{ScriptedApi, path_of, paths};
 use crate::api::RoleSet;
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, FINALIZER_ROLESET,
-    LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
+    FINALIZER_ROLESET, LABEL_REVISION_OWNER, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::controller::kit::error::Error;
 
 const PODS: &str = "/api/v1/namespaces/tenant/pods";
+const PODSETS: &str = "/apis/orchestration.aibrix.ai/v1alpha1/namespaces/tenant/podsets";
 
 fn roleset(replicas: i32, stateful: bool) -> Value {
     json!({
@@ -328,5 +330,282 @@ async fn a_gang_strategy_whose_crd_is_missing_is_reported_once_and_the_pods_stil
             .unwrap()
             .contains("podgroups.scheduling.x-k8s.io"),
         "{failure}"
+    );
+}
+
+/// A RoleSet of one in-place role, reconciled once, its pod then running `engine:1`, and its
+/// template edited by `change`: the scripted server and the pod's path.
+async fn in_place_role_changed(
+    gated: bool,
+    change: impl FnOnce(&mut Value),
+) -> (ScriptedApi, String) {
+    let mut rs = roleset(1, false);
+    rs["spec"]["roles"][0]["updateStrategy"] = json!({"type": "InPlaceIfPossible"});
+    if gated {
+        rs["spec"]["roles"][0]["template"]["spec"]["readinessGates"] =
+            json!([{"conditionType": CONDITION_IN_PLACE_READY}]);
+    }
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let pod = paths(&api.writes(), "create").remove(0);
+    api.edit(&pod, |pod| pod["status"] = running("engine:1", "sha-1"));
+    api.edit(&rs_path(), |rs| {
+        change(&mut rs["spec"]["roles"][0]["template"])
+    });
+    (api, pod)
+}
+
+/// The conditions a pod status patch sets, by type: (status, reason).
+fn conditions_set(write: &super::Write) -> Vec<(String, String, String)> {
+    write.body["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let field = |f: &str| c[f].as_str().unwrap_or_default().to_string();
+            (field("type"), field("status"), field("reason"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_gated_pod_leaves_service_before_its_in_place_move_and_rejoins_after() {
+    let (api, pod) = in_place_role_changed(true, |template| {
+        template["spec"]["containers"][0]["image"] = json!("engine:2");
+    })
+    .await;
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    let status = format!("{pod}/status");
+    let order: Vec<&str> = writes
+        .iter()
+        .filter(|w| w.path.starts_with(&pod))
+        .map(|w| w.path.as_str())
+        .collect();
+    assert_eq!(
+        order,
+        [status.as_str(), pod.as_str()],
+        "out of service first, then the new image: {writes:#?}"
+    );
+    let gate = writes.iter().find(|w| w.path == status).unwrap();
+    assert_eq!(
+        conditions_set(gate),
+        [
+            (
+                CONDITION_IN_PLACE_READY.to_string(),
+                "False".to_string(),
+                "InPlaceUpdating".to_string()
+            ),
+            (
+                "Ready".to_string(),
+                "False".to_string(),
+                "InPlaceUpdating".to_string()
+            ),
+        ]
+    );
+
+    api.edit(&pod, |pod| pod["status"] = running("engine:2", "sha-2"));
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    let order: Vec<&str> = writes
+        .iter()
+        .filter(|w| w.path.starts_with(&pod))
+        .map(|w| w.path.as_str())
+        .collect();
+    assert_eq!(
+        order,
+        [pod.as_str(), status.as_str()],
+        "relabelled, then back in service: {writes:#?}"
+    );
+    let gate = writes.iter().find(|w| w.path == status).unwrap();
+    assert_eq!(
+        conditions_set(gate),
+        [(
+            CONDITION_IN_PLACE_READY.to_string(),
+            "True".to_string(),
+            "InPlaceUpdateCompleted".to_string()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_change_that_cannot_be_made_in_place_recreates_the_pod_and_says_why() {
+    let (api, pod) = in_place_role_changed(false, |template| {
+        template["spec"]["containers"][0]["env"] = json!([{"name": "MODEL", "value": "b"}]);
+    })
+    .await;
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.verb != "patch" || !w.path.starts_with(&pod)),
+        "not patched in place: {writes:#?}"
+    );
+    assert_eq!(
+        paths(&writes, "delete"),
+        [pod.as_str()],
+        "recreated, within the role's budget: the old pod goes first: {writes:#?}"
+    );
+    assert!(
+        api.event_reasons().contains(&"InPlaceFallback".to_string()),
+        "{:?}",
+        api.event_reasons()
+    );
+}
+
+#[tokio::test]
+async fn a_multi_node_role_gets_one_podset_per_replica_and_scales_down_by_uid() {
+    let mut rs = roleset(2, false);
+    rs["spec"]["roles"][0]["podGroupSize"] = json!(2);
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let created = paths(&api.writes(), "create");
+    assert_eq!(created.len(), 2, "{created:?}");
+    assert!(
+        created.iter().all(|p| p.starts_with(PODSETS)),
+        "PodSets, not pods: {created:?}"
+    );
+    for podset in api.objects("orchestration.aibrix.ai/v1alpha1", "PodSet") {
+        assert_eq!(podset["spec"]["podGroupSize"], 2, "{podset}");
+        assert_eq!(
+            podset["metadata"]["ownerReferences"][0]["uid"], "rs-uid",
+            "{podset}"
+        );
+    }
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["roles"][0]["replicas"] = json!(1)
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    let deletes: Vec<_> = writes.iter().filter(|w| w.verb == "delete").collect();
+    assert_eq!(deletes.len(), 1, "{writes:#?}");
+    assert!(deletes[0].path.starts_with(PODSETS), "{writes:#?}");
+    assert!(
+        deletes[0].body["preconditions"]["uid"].is_string(),
+        "by UID: {:?}",
+        deletes[0]
+    );
+    assert_eq!(
+        api.objects("orchestration.aibrix.ai/v1alpha1", "PodSet")
+            .len(),
+        1
+    );
+}
+
+const REVISIONS: &str = "/apis/apps/v1/namespaces/tenant/controllerrevisions";
+
+/// A StormService's revision `name` whose one role, `decode`, runs `image`; `cached` when it
+/// carries what makes it one of the StormServices' revisions the caches hold (the owner
+/// label and a StormService controller), else as another writer left it.
+fn stable_revision(name: &str, image: &str, cached: bool) -> Value {
+    let mut revision = json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": name}, "revision": 1,
+        "data": {"spec": {"template": {"$patch": "replace", "spec": {"roles": [{"name": "decode",
+            "template": {"spec": {"containers": [{"name": "engine", "image": image}]}}}]}}}}});
+    if cached {
+        revision["metadata"]["labels"] = json!({LABEL_REVISION_OWNER: "svc"});
+        revision["metadata"]["ownerReferences"] = json!([{"apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+                "name": "svc", "uid": "svc-uid", "controller": true}]);
+    }
+    revision
+}
+
+/// A pooled role of 2 pods on `engine:2` that keeps 1 on the stable revision `svc-stable`.
+fn pooled_role() -> Value {
+    let mut rs = roleset(2, false);
+    rs["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("engine:2");
+    rs["spec"]["roles"][0]["rollout"] = json!({"partition": 1, "stableRevision": "svc-stable"});
+    rs
+}
+
+/// The images of the pods created, sorted.
+fn created_images(api: &ScriptedApi) -> Vec<String> {
+    let mut images: Vec<String> = api
+        .objects("v1", "Pod")
+        .iter()
+        .map(|p| {
+            p["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    images.sort();
+    images
+}
+
+#[tokio::test]
+async fn a_pooled_role_keeps_its_partition_on_the_stable_revision_read_from_the_cache() {
+    let api = ScriptedApi::holding([
+        pooled_role(),
+        stable_revision("svc-stable", "engine:1", true),
+    ]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    assert_eq!(created_images(&api), ["engine:1", "engine:2"]);
+    assert!(api.reads().is_empty(), "no GET: {:?}", api.reads());
+}
+
+#[tokio::test]
+async fn a_stable_revision_another_wrote_is_read_from_the_api_server() {
+    let api = ScriptedApi::holding([
+        pooled_role(),
+        stable_revision("svc-stable", "engine:1", false),
+    ]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    assert_eq!(created_images(&api), ["engine:1", "engine:2"]);
+    assert_eq!(api.reads(), [format!("{REVISIONS}/svc-stable")]);
+}
+
+#[tokio::test]
+async fn a_missing_stable_revision_is_reported_by_name_and_the_role_made_from_its_template() {
+    let api = ScriptedApi::holding([pooled_role()]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    assert_eq!(api.reads(), [format!("{REVISIONS}/svc-stable")]);
+    let failure = condition(&api, "ReplicaFailure").expect("ReplicaFailure");
+    assert_eq!(
+        (&failure["reason"], &failure["message"]),
+        (
+            &json!("ReconcileError"),
+            &json!("role decode: the stable ControllerRevision svc-stable is not found")
+        ),
+    );
+    // The StormService holds its canary while its stable revision is gone; a RoleSet on
+    // its own has no other template to make pods from.
+    assert_eq!(created_images(&api), ["engine:2", "engine:2"]);
+}
+
+#[tokio::test]
+async fn a_stable_revision_that_cannot_be_read_is_retried_not_taken_for_missing() {
+    let api = ScriptedApi::holding([
+        pooled_role(),
+        stable_revision("svc-stable", "engine:1", false),
+    ]);
+    api.refuse(
+        "read",
+        "/controllerrevisions/svc-stable",
+        500,
+        "etcd is away",
+    );
+    let ctx = api.context::<RoleSet>().await;
+    let result = api.reconcile::<RoleSet>(&ctx, &rs_path()).await;
+    assert!(result.is_err(), "retried: {result:?}");
+    assert!(
+        api.writes().is_empty(),
+        "nothing made from a guess: {:#?}",
+        api.writes()
     );
 }

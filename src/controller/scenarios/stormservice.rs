@@ -589,3 +589,51 @@ async fn a_canary_whose_stable_revision_is_gone_waits_and_says_so_once() {
         .count();
     assert_eq!(warned, 1, "once per generation: {:?}", api.event_reasons());
 }
+
+#[tokio::test]
+async fn taking_over_from_another_controllers_revision_keeps_its_number_and_says_so() {
+    let svc = stormservice(1, "engine:1");
+    // AIBrix's revision of the same template: Go's encoding writes an empty `resources`,
+    // and its name is not squall's hash of its data.
+    let mut data = data_of(&svc);
+    data["spec"]["template"]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["resources"] =
+        json!({});
+    let theirs = revision("svc-7d9f8b6c5", 4, data);
+    let api = ScriptedApi::holding([svc.clone(), theirs]);
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let ours = format!("{REVISIONS}/{}", revision_name_of(&svc, 0));
+    assert!(
+        paths(&api.writes(), "create").contains(&ours),
+        "squall's own revision of the template: {:#?}",
+        api.writes()
+    );
+    assert_eq!(
+        api.object(&ours).unwrap()["revision"],
+        4,
+        "the same place in the history"
+    );
+    let cut_over = api.event("CutOver").expect("a CutOver event");
+    let note = cut_over["note"].to_string();
+    assert!(
+        note.contains("took over from revision svc-7d9f8b6c5"),
+        "{cut_over}"
+    );
+    assert!(
+        api.object(&format!("{REVISIONS}/svc-7d9f8b6c5")).is_some(),
+        "theirs is kept"
+    );
+    // Said once: the next pass reuses squall's revision.
+    let ctx = api.context::<StormService>().await;
+    api.reconcile::<StormService>(&ctx, &svc_path())
+        .await
+        .unwrap();
+    let said = api
+        .event_reasons()
+        .iter()
+        .filter(|r| *r == "CutOver")
+        .count();
+    assert_eq!(said, 1, "{:?}", api.event_reasons());
+}
