@@ -2,7 +2,9 @@
 //! refused create by role, a slot's name already taken, a scale-down by UID, an invalid
 //! spec, ordered deletion, an in-place move started, waiting and completed (and a gated
 //! pod's conditions around it), a change in-place cannot make, a pod adopted under its new
-//! hash, a gang whose PodGroup CRD is missing, and a multi-node role's PodSets.
+//! hash, a gang whose PodGroup CRD is missing, a multi-node role's PodSets (and a role that
+//! becomes one), a pooled role's stable revision (cached, read, missing, unreadable), and a
+//! topology policy added over running pods.
 
 use serde_json::{Value, json};
 
@@ -607,5 +609,72 @@ async fn a_stable_revision_that_cannot_be_read_is_retried_not_taken_for_missing(
         api.writes().is_empty(),
         "nothing made from a guess: {:#?}",
         api.writes()
+    );
+}
+
+#[tokio::test]
+async fn a_topology_policy_added_later_leaves_running_pods_and_says_so_once() {
+    let mut rs = roleset(2, false);
+    rs["metadata"]["labels"] = json!({"storm-service-name": "svc"});
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    for pod in paths(&api.writes(), "create") {
+        api.edit(&pod, |pod| pod["status"] = running("engine:1", "sha-1"));
+    }
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["topologyPolicy"] = json!({"scope": "Role", "key": "kubernetes.io/hostname"});
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    for _ in 0..2 {
+        api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    }
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "delete").is_empty() && paths(&writes, "create").is_empty(),
+        "affinity is fixed at creation: nothing is replaced for it: {writes:#?}"
+    );
+    let pending = api
+        .event("TopologyPolicyPendingPodReplacement")
+        .expect("the pending pods are reported");
+    assert!(
+        pending["note"]
+            .as_str()
+            .unwrap()
+            .contains("2 active Pod(s)"),
+        "{pending}"
+    );
+    let said = api
+        .event_reasons()
+        .iter()
+        .filter(|r| *r == "TopologyPolicyPendingPodReplacement")
+        .count();
+    assert_eq!(said, 1, "once per generation: {:?}", api.event_reasons());
+}
+
+#[tokio::test]
+async fn a_role_that_becomes_multi_node_replaces_its_pods_with_podsets() {
+    let api = ScriptedApi::holding([roleset(1, false)]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let pod = paths(&api.writes(), "create").remove(0);
+    api.edit(&pod, |pod| pod["status"] = running("engine:1", "sha-1"));
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["roles"][0]["podGroupSize"] = json!(2)
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert_eq!(
+        paths(&writes, "delete"),
+        [pod.as_str()],
+        "the pod of the other kind goes: {writes:#?}"
+    );
+    let created = paths(&writes, "create");
+    assert!(
+        created.len() == 1 && created[0].starts_with(PODSETS),
+        "a PodSet takes its place: {writes:#?}"
     );
 }
