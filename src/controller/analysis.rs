@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -16,6 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
 use tokio::sync::{Mutex, Semaphore, broadcast};
+use tokio::time::Instant;
 
 use crate::api::analysis::{AnalysisMetric, QueryValues, render_query};
 use crate::api::duration::parse_duration;
@@ -1137,6 +1138,35 @@ mod tests {
         }
         assert!(!running.room_for(&key(MAX_JOBS)));
         assert!(running.room_for(&key(0)), "a measurement it tracks");
+    }
+
+    /// Answers are forgotten once older than any interval, by the operator's clock (paused
+    /// here, so the test runs no time), and a running measurement never.
+    #[tokio::test(start_paused = true)]
+    async fn the_worker_forgets_answers_older_than_any_interval() {
+        let key = |i: usize| JobKey {
+            namespace: "team-a".into(),
+            uid: format!("uid-{i}"),
+            due: STEP,
+        };
+        let job = |value: Option<Result<f64, String>>| Job {
+            name: "s".into(),
+            query: "up".into(),
+            started: Instant::now(),
+            interval: Duration::from_secs(30),
+            handed: value.is_some(),
+            value,
+        };
+        let mut jobs = Jobs::default();
+        jobs.by_key.insert(key(0), job(Some(Ok(1.0))));
+        jobs.by_key.insert(key(1), job(None));
+        tokio::time::advance(REMEMBERED - Duration::from_secs(1)).await;
+        jobs.prune();
+        assert_eq!(jobs.by_key.len(), 2, "both still within the window");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        jobs.prune();
+        assert!(!jobs.by_key.contains_key(&key(0)), "the old answer goes");
+        assert!(jobs.by_key.contains_key(&key(1)), "a running one stays");
     }
 
     #[test]
