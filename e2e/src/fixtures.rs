@@ -21,6 +21,7 @@ pub const SCHEMA_ENFORCED: &[&str] = &[
     "rule09-unknown-roleset-strategy.yaml",
     "rule09-unknown-stormservice-strategy.yaml",
     "rule10-weight-out-of-range.yaml",
+    "rule13-pairing-one-role.yaml",
     "limit-replicas-too-many.yaml",
     "limit-role-replicas-too-many.yaml",
     "limit-too-many-containers.yaml",

@@ -724,10 +724,13 @@ fn roleset_spec<'a>(s: &mut Scanner<'a>) -> Option<RoleSetSpecView<'a>> {
         update_strategy: None,
         scheduling_strategy: None,
         topology_policy: None,
+        pairing: None,
     };
     s.object(|s, key| {
         match key {
             "roles" => (seen.first(0)?, spec.roles = s.nullable(|s| s.list(role))?),
+            // Rare (opt-in): serde reads it.
+            "pairing" => return None,
             "updateStrategy" => (
                 seen.first(1)?,
                 spec.update_strategy = s.nullable(|s| match s.string()? {

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::view::{
-    MetaView, ObjectView, RoleSetSpecView, RoleSetView, RoleView, SchedulingView, SelectorView,
-    StatusView, StepView, StormServiceSpecView, StormServiceView,
+    MetaView, ObjectView, PairingView, RoleSetSpecView, RoleSetView, RoleView, SchedulingView,
+    SelectorView, StatusView, StepView, StormServiceSpecView, StormServiceView,
 };
 use crate::api::analysis::{
     Analysis, AnalysisMetric, MAX_ANALYSIS_COUNT, MAX_ANALYSIS_METRICS, MAX_ANALYSIS_WAIT,
@@ -23,7 +23,8 @@ use crate::api::budget::{Budget, resolve_fenceposts};
 use crate::api::condition::Condition;
 use crate::api::duration::pause_seconds;
 use crate::api::limits::{
-    MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_REPLICAS, MAX_ROLE_NAME_LEN, MAX_ROLES,
+    MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_LABEL_VALUE_LEN, MAX_PAIRING_GROUPS, MAX_REPLICAS,
+    MAX_ROLE_NAME_LEN, MAX_ROLES,
 };
 use crate::api::podgroup::Scheduler;
 use crate::api::tenancy::ConfiguredEndpoint;
@@ -920,6 +921,10 @@ fn check_roleset_spec(
         }
     }
 
+    if let Some(groups) = &spec.pairing {
+        check_pairing(groups, roles, path.field("pairing"), report);
+    }
+
     let strategy = spec.update_strategy.unwrap_or_default();
     if matches!(
         strategy,
@@ -933,6 +938,89 @@ fn check_roleset_spec(
     let explicit = roles.iter().filter(|r| r.upgrade_order.is_some()).count();
     if explicit > 0 && explicit < roles.len() {
         report.warn(mixed_upgrade_order_warning(&path.to_string()));
+    }
+}
+
+/// Rule 13: a pairing group names at least two distinct roles of the RoleSet, a role is in
+/// at most one group, and a `protocol` is a label value. Bounded like the roles: at most
+/// [`MAX_PAIRING_GROUPS`] groups of at most [`MAX_ROLES`] roles are read.
+fn check_pairing(
+    groups: &[PairingView<'_>],
+    roles: &[RoleView<'_>],
+    path: FieldPath<'_>,
+    report: &mut Report,
+) {
+    let too_many = |path: String, actual: usize, max: usize| FieldError {
+        path,
+        kind: ErrorKind::TooMany { actual, max },
+    };
+    if groups.len() > MAX_PAIRING_GROUPS {
+        report
+            .errors
+            .push(too_many(path.to_string(), groups.len(), MAX_PAIRING_GROUPS));
+        return;
+    }
+    for (g, group) in groups.iter().enumerate() {
+        let group_path = path.index(g);
+        let roles_path = group_path.field("roles");
+        if group.roles.len() > MAX_ROLES {
+            report.errors.push(too_many(
+                roles_path.to_string(),
+                group.roles.len(),
+                MAX_ROLES,
+            ));
+            continue;
+        }
+        if group.roles.len() < 2 {
+            report.invalid(
+                roles_path,
+                format!("{:?}", group.roles),
+                "a pairing group names at least two roles",
+            );
+        }
+        for (i, name) in group.roles.iter().enumerate() {
+            let role_path = roles_path.index(i);
+            if !roles.iter().any(|role| role.name == *name) {
+                report.invalid(role_path, quoted(name), "no role has this name");
+            } else if group.roles[..i].contains(name) {
+                report.errors.push(FieldError {
+                    path: role_path.to_string(),
+                    kind: ErrorKind::Duplicate(quoted(name)),
+                });
+            } else if groups[..g]
+                .iter()
+                .any(|earlier| earlier.roles.contains(name))
+            {
+                report.invalid(
+                    role_path,
+                    quoted(name),
+                    "the role is in an earlier pairing group; a role is in at most one",
+                );
+            }
+        }
+        if let Some(protocol) = &group.protocol
+            && let Err(detail) = label_value(protocol)
+        {
+            report.invalid(group_path.field("protocol"), quoted(protocol), &detail);
+        }
+    }
+}
+
+/// Kubernetes' label-value syntax: at most 63 characters, alphanumerics with `-`, `_` and
+/// `.` inside; empty allowed.
+fn label_value(s: &str) -> Result<(), String> {
+    let inner = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+    let bytes = s.as_bytes();
+    let ok = s.len() <= MAX_LABEL_VALUE_LEN
+        && bytes.iter().all(|&b| inner(b))
+        && bytes.first().is_none_or(u8::is_ascii_alphanumeric)
+        && bytes.last().is_none_or(u8::is_ascii_alphanumeric);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "a label value: at most {MAX_LABEL_VALUE_LEN} characters, alphanumeric with '-', '_' or '.' inside"
+        ))
     }
 }
 

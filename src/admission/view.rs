@@ -251,6 +251,20 @@ pub struct RoleSetSpecView<'a> {
     /// `topologyPolicy`.
     #[serde(default)]
     pub topology_policy: Option<IgnoredAny>,
+    /// `pairing`.
+    #[serde(borrow, default)]
+    pub pairing: Option<Vec<PairingView<'a>>>,
+}
+
+/// One pairing group.
+#[derive(Debug, Deserialize)]
+pub struct PairingView<'a> {
+    /// `roles`.
+    #[serde(borrow)]
+    pub roles: Vec<Str<'a>>,
+    /// `protocol`.
+    #[serde(borrow, default)]
+    pub protocol: Option<Str<'a>>,
 }
 
 /// One role.

@@ -78,6 +78,10 @@ pub const CONDITION_SERVICE_CONFLICT: &str = "ServiceConflict";
 /// when one failed (the message names it and its value), Unknown when one is inconclusive.
 pub const CONDITION_CANARY_ANALYSIS: &str = "CanaryAnalysis";
 
+/// Pairing key of a paired role's pods and PodSets (docs/rollouts.md#pairing): pods with
+/// the same key serve together. squall's own, as no AIBrix controller pairs pods.
+pub const LABEL_PAIRING_KEY: &str = "pairing.squall.dev/key";
+
 /// PodSet finalizer (its pods go first).
 pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";
 /// RoleSet finalizer (ordered deletion of its children).

@@ -18,6 +18,11 @@ pub const MAX_REPLICAS: i32 = 10_000;
 /// Most roles per RoleSet. Disaggregated serving uses 2–5 (router, prefill, decode, ...);
 /// each role adds an annotation to the StormService and a revision entry to every RoleSet.
 pub const MAX_ROLES: usize = 32;
+/// Most pairing groups per RoleSet: each names at least two roles and a role is in at most
+/// one, so a RoleSet of [`MAX_ROLES`] roles has at most half as many groups.
+pub const MAX_PAIRING_GROUPS: usize = MAX_ROLES / 2;
+/// Longest label value (Kubernetes' limit): a pairing `protocol` becomes one.
+pub const MAX_LABEL_VALUE_LEN: usize = 63;
 /// Most containers (and, separately, init containers) in a role's pod template: far above
 /// any real pod, and each one is compared on every in-place update check.
 pub const MAX_CONTAINERS: usize = 64;

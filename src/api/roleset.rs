@@ -60,6 +60,29 @@ pub struct RoleSetSpec {
     /// Topology packing of the RoleSet's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_policy: Option<TopologyPolicy>,
+    /// Groups of roles whose pods serve one request together (prefill and decode, which
+    /// hand each other the KV cache): every pod of a paired role carries its group's pairing
+    /// key in the `pairing.squall.dev/key` label, so a router pairs pods of one key only
+    /// (docs/rollouts.md#pairing). A role is in at most one group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_PAIRING_GROUPS))]
+    pub pairing: Option<Vec<PairingGroup>>,
+}
+
+/// Roles whose pods serve together, and what makes two of their pods compatible.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PairingGroup {
+    /// The roles: at least two, each a role of the RoleSet.
+    #[schemars(length(min = 2, max = super::limits::MAX_ROLES))]
+    pub roles: Vec<String>,
+    /// The group's pairing key, a label value: the user's promise that pods with the same
+    /// token pair across template changes (a KV-transfer protocol version, say). Absent, the
+    /// key is derived from the templates of the group's roles, so a change to any of them
+    /// is a new key and a change to a role outside the group is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_LABEL_VALUE_LEN))]
+    pub protocol: Option<String>,
 }
 
 /// How the roles of a RoleSet are rolled relative to each other.

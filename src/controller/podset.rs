@@ -7,7 +7,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Patch;
 use kube::runtime::controller::Action;
-use serde_json::json;
 
 use super::kit::children::{ChildKind, Created, OnConflict, Writes, owned_children, uids};
 use super::kit::context::Context;
@@ -15,12 +14,10 @@ use super::kit::error::Error;
 use super::kit::owner::Owner;
 use super::{podgroups, wall_clock};
 use crate::api::PodSet;
-use crate::api::keys::{
-    FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
-};
+use crate::api::keys::{FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME};
 use crate::api::pod::CachedPod;
 use crate::planner::podset::PODSET_COUNTERS;
-use crate::planner::podset::{GangPod, plan_gang, podset_status};
+use crate::planner::podset::{GangPod, passed_on_labels, plan_gang, podset_status};
 use crate::planner::render::gang_pod;
 use crate::planner::requeue;
 
@@ -96,19 +93,13 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     if !action.delete.is_empty() || !action.create.is_empty() {
         tracing::info!(podset = %podset.name_any(), created = ?action.create, deleted = ?action.delete, "gang pods");
     }
-    // The gang's pods carry the PodSet's template hash: a PodSet adopted under a new hash
-    // (after a cut-over from AIBrix) passes it on without restarting them.
-    if let Some(hash) = podset.labels().get(LABEL_ROLE_TEMPLATE_HASH) {
-        let relabel = json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: hash}}});
-        // Not those this pass deleted: they are going (or gone already, when terminal).
-        for pod in pods.iter().filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && !action.delete.contains(&p.name_any())
-                && p.labels().get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash)
-        }) {
-            writes
-                .patch(&pod.name_any(), &Patch::Merge(&relabel))
-                .await?;
+    // The gang's pods carry the labels their PodSet passes on (`passed_on_labels`). Not
+    // those this pass deleted: they are going (or gone already, when terminal).
+    for pod in pods.iter().filter(|p| {
+        p.metadata.deletion_timestamp.is_none() && !action.delete.contains(&p.name_any())
+    }) {
+        if let Some(patch) = passed_on_labels(podset.labels(), pod.labels()) {
+            writes.patch(&pod.name_any(), &Patch::Merge(&patch)).await?;
         }
     }
 

@@ -9,7 +9,6 @@
 //! `Interleave` ordering, holding back a role's `rollout.partition`
 //! (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +38,7 @@ use crate::planner::podgroup::Gang;
 use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
 use crate::planner::requeue;
+use crate::planner::roleset::adoption::relabel_patch;
 use crate::planner::roleset::children::role_children;
 use crate::planner::roleset::in_place::complete_patch;
 use crate::planner::roleset::roles::RoleInput;
@@ -302,10 +302,11 @@ async fn write_status(
         .await
 }
 
-/// Adopts the pods the pass found already matching the role's template under another hash
-/// (AIBrix's, after a cut-over): squall's hash and role-revision labels (on a multi-node
-/// role's PodSets, the hash), nothing else — the pods keep running. Said once per pass in an
-/// `Adopted` event.
+/// Relabels the children whose version labels are stale (role-revision labels, the pairing
+/// key), then adopts the pods the pass found already matching the role's template under
+/// another hash (AIBrix's, after a cut-over): squall's hash and role-revision labels (on a
+/// multi-node role's PodSets, the hash), nothing else — the pods keep running. Said once per
+/// pass in an `Adopted` event.
 async fn adopt_pods(
     roleset: &RoleSet,
     role: &RoleWrites,
@@ -314,10 +315,13 @@ async fn adopt_pods(
     ctx: &Context,
 ) -> Result<(), Error> {
     if !role.relabel.is_empty() {
-        let labels = role_revision_labels(roleset, &role.role);
-        let patch = json!({"metadata": {"labels": labels.into_iter().collect::<BTreeMap<_, _>>()}});
+        let patch = relabel_patch(roleset, &role.role, role.gang);
         for name in &role.relabel {
-            pods.patch(name, &Patch::Merge(&patch)).await?;
+            if role.gang {
+                podsets.patch(name, &Patch::Merge(&patch)).await?;
+            } else {
+                pods.patch(name, &Patch::Merge(&patch)).await?;
+            }
         }
     }
     if role.adopted.is_empty() {

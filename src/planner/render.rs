@@ -1,6 +1,6 @@
-//! Pure rendering of children: template hashes, upstream's `Shorten` naming rule, pods and
-//! PodSets of roles with their built-in env vars and topology affinity, named and labelled
-//! as AIBrix does (docs/aibrix-compatibility.md#the-same).
+//! Pure rendering of children: template hashes and pairing keys, upstream's `Shorten` naming
+//! rule, pods and PodSets of roles with their built-in env vars and topology affinity, named
+//! and labelled as AIBrix does (docs/aibrix-compatibility.md#the-same).
 
 use std::collections::BTreeMap;
 
@@ -15,13 +15,14 @@ use serde_json::Value;
 
 use crate::api::keys::{
     ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
-    ANNOTATION_ROLESET_INDEX, FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME,
-    LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME,
-    LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME, LABEL_STORM_SERVICE_NAME,
+    ANNOTATION_ROLESET_INDEX, FINALIZER_PODSET, LABEL_PAIRING_KEY, LABEL_POD_GROUP_INDEX,
+    LABEL_PODSET_NAME, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_REVISION,
+    LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{
-    PodSet, PodSetSpec, RoleSet, RoleSpec, SchedulingStrategy, StormService, TopologyMode,
-    TopologyScope,
+    PairingGroup, PodSet, PodSetSpec, RoleSet, RoleSetSpec, RoleSpec, SchedulingStrategy,
+    StormService, TopologyMode, TopologyScope,
 };
 use crate::planner::podgroup;
 
@@ -33,8 +34,14 @@ pub(crate) const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 /// change (golden-hash tests pin it).
 pub fn template_hash(template: &PodTemplateSpec) -> String {
     let value = serde_json::to_value(template).expect("a PodTemplateSpec serializes");
+    text_hash(&canonical_json(&value))
+}
+
+/// FNV-1a (32 bit) of `text`, in the safe alphabet: the hash of every short name squall
+/// derives (template hashes, pairing keys).
+fn text_hash(text: &str) -> String {
     let mut hash: u32 = 0x811c_9dc5;
-    for byte in canonical_json(&value).bytes() {
+    for byte in text.bytes() {
         hash ^= u32::from(byte);
         hash = hash.wrapping_mul(0x0100_0193);
     }
@@ -141,6 +148,8 @@ pub fn podset_for_slot(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32
         LABEL_ROLE_TEMPLATE_HASH,
         LABEL_STORM_SERVICE_NAME,
         LABEL_ROLE_REPLICA_INDEX,
+        // The gang's pods take it from the PodSet's labels.
+        LABEL_PAIRING_KEY,
     ];
     let mut labels = pod.metadata.labels.unwrap_or_default();
     labels.retain(|key, _| own_keys.contains(&key.as_str()));
@@ -258,9 +267,48 @@ pub const BUILTIN_ENV: [&str; 5] = [
     "ROLE_TEMPLATE_HASH",
 ];
 
-/// The pod labels naming the ControllerRevision `role` of `roleset` was last changed in
-/// (`role-revision`, `role-revision-name`), from the RoleSet's per-role annotations when it
-/// has them — AIBrix's labels, by which a gateway tells the roles that changed.
+/// The pairing group `spec` puts `role` in.
+pub fn group_of<'a>(spec: &'a RoleSetSpec, role: &str) -> Option<&'a PairingGroup> {
+    spec.pairing
+        .iter()
+        .flatten()
+        .find(|group| group.roles.iter().any(|r| r == role))
+}
+
+/// The pairing key of `role`'s pods rendered from `rendered_from` — the RoleSet's spec, or
+/// in a pooled canary the stable revision's — when `spec`, the RoleSet's own, pairs the
+/// role: the `protocol` `rendered_from` gives the role's group, else a hash of the templates
+/// `rendered_from` gives the roles of `spec`'s group, taken by name (so the order the group
+/// lists them in, and every role outside it, leave the key as it is).
+pub fn pairing_key(spec: &RoleSetSpec, rendered_from: &RoleSetSpec, role: &str) -> Option<String> {
+    let group = group_of(spec, role)?;
+    if let Some(protocol) = group_of(rendered_from, role).and_then(|g| g.protocol.as_ref()) {
+        return Some(protocol.clone());
+    }
+    let mut names: Vec<&str> = group.roles.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    let templates: String = names
+        .iter()
+        .map(|name| {
+            let hash = rendered_from
+                .roles
+                .iter()
+                .flatten()
+                .find(|r| r.name == *name)
+                .map(|r| template_hash(&r.template.clone().unwrap_or_default()))
+                .unwrap_or_default();
+            format!("{name}={hash};")
+        })
+        .collect();
+    Some(text_hash(&templates))
+}
+
+/// The pod labels saying which version of `role` of `roleset` a pod on its template runs:
+/// the ControllerRevision the role was last changed in (`role-revision`,
+/// `role-revision-name`), from the RoleSet's per-role annotations when it has them —
+/// AIBrix's labels, by which a gateway tells the roles that changed — and, for a paired
+/// role, its pairing key (docs/rollouts.md#pairing).
 pub fn role_revision_labels(roleset: &RoleSet, role: &str) -> Vec<(String, String)> {
     let annotations = roleset.annotations();
     [
@@ -275,6 +323,10 @@ pub fn role_revision_labels(roleset: &RoleSet, role: &str) -> Vec<(String, Strin
         let value = annotations.get(&format!("{prefix}{role}"))?;
         Some((label.to_string(), value.clone()))
     })
+    .chain(
+        pairing_key(&roleset.spec, &roleset.spec, role)
+            .map(|key| (LABEL_PAIRING_KEY.to_string(), key)),
+    )
     .collect()
 }
 
@@ -860,5 +912,109 @@ mod tests {
         let mut unlabelled = rendered;
         unlabelled.metadata.labels = None;
         assert!(headless_service_repair(&unlabelled, "svc").is_some());
+    }
+
+    /// Pairing keys (docs/rollouts.md#pairing).
+    mod pairing {
+        use serde_json::{Value, json};
+
+        use super::super::*;
+
+        fn spec(pairing: Value, prefill: &str, decode: &str, router: &str) -> RoleSetSpec {
+            let role = |name: &str, image: &str| json!({"name": name, "template": {"spec": {"containers": [{"name": "c", "image": image}]}}});
+            serde_json::from_value(json!({
+                "roles": [role("router", router), role("prefill", prefill), role("decode", decode)],
+                "pairing": pairing,
+            }))
+            .unwrap()
+        }
+
+        fn group(protocol: Option<&str>) -> Value {
+            json!([{"roles": ["prefill", "decode"], "protocol": protocol}])
+        }
+
+        #[test]
+        fn the_key_follows_the_groups_templates_and_nothing_else() {
+            let base = spec(group(None), "p:1", "d:1", "r:1");
+            let key = |s: &RoleSetSpec, role: &str| pairing_key(s, s, role);
+            let k = key(&base, "prefill");
+            assert!(k.is_some());
+            assert_eq!(k, key(&base, "decode"), "one key for the group");
+            assert_eq!(key(&base, "router"), None, "a role outside every group");
+            let router_changed = spec(group(None), "p:1", "d:1", "r:2");
+            assert_eq!(
+                key(&router_changed, "prefill"),
+                k,
+                "the router is not paired"
+            );
+            let decode_changed = spec(group(None), "p:1", "d:2", "r:1");
+            assert_ne!(key(&decode_changed, "prefill"), k, "a partner changed");
+            let reordered = spec(
+                json!([{"roles": ["decode", "prefill"]}]),
+                "p:1",
+                "d:1",
+                "r:1",
+            );
+            assert_eq!(
+                key(&reordered, "prefill"),
+                k,
+                "the group's order is not a version"
+            );
+        }
+
+        #[test]
+        fn a_paired_roles_pods_and_podsets_carry_the_key_and_so_do_their_gangs_pods() {
+            let rs: RoleSet = serde_json::from_value(json!({
+                "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+                "metadata": {"name": "rs", "namespace": "ns", "uid": "rs-uid"},
+                "spec": {"pairing": [{"roles": ["prefill", "decode"]}], "roles": [
+                    {"name": "prefill", "podGroupSize": 2,
+                     "template": {"spec": {"containers": [{"name": "c", "image": "p:1"}]}}},
+                    {"name": "decode",
+                     "template": {"spec": {"containers": [{"name": "c", "image": "d:1"}]}}},
+                    {"name": "router",
+                     "template": {"spec": {"containers": [{"name": "c", "image": "r:1"}]}}}]}
+            }))
+            .unwrap();
+            let roles = rs.spec.roles.clone().unwrap();
+            let key = pairing_key(&rs.spec, &rs.spec, "prefill").unwrap();
+            let keyed = |labels: &BTreeMap<String, String>| labels.get(LABEL_PAIRING_KEY).cloned();
+            let podset = podset_for_slot(&rs, &roles[0], "h", 0);
+            assert_eq!(keyed(podset.labels()), Some(key.clone()));
+            assert_eq!(keyed(gang_pod(&podset, 1).labels()), Some(key.clone()));
+            assert_eq!(
+                keyed(stateless_pod(&rs, &roles[1], "h").labels()),
+                Some(key)
+            );
+            assert_eq!(keyed(stateless_pod(&rs, &roles[2], "h").labels()), None);
+        }
+
+        #[test]
+        fn a_protocol_is_the_key_across_template_changes() {
+            let one = spec(group(Some("kv-v2")), "p:1", "d:1", "r:1");
+            let two = spec(group(Some("kv-v2")), "p:2", "d:2", "r:1");
+            assert_eq!(pairing_key(&one, &one, "prefill").as_deref(), Some("kv-v2"));
+            assert_eq!(pairing_key(&two, &two, "decode").as_deref(), Some("kv-v2"));
+        }
+
+        #[test]
+        fn a_stable_pod_takes_the_key_of_the_templates_it_is_rendered_from() {
+            let stable = spec(Value::Null, "p:1", "d:1", "r:1");
+            let canary = spec(group(None), "p:2", "d:2", "r:1");
+            let stable_key = pairing_key(&canary, &stable, "prefill");
+            assert!(stable_key.is_some(), "paired by the RoleSet's own groups");
+            assert_ne!(stable_key, pairing_key(&canary, &canary, "prefill"));
+            assert_eq!(
+                stable_key,
+                pairing_key(&spec(group(None), "p:1", "d:1", "r:9"), &stable, "decode"),
+                "the same key for the stable pods of every role of the group"
+            );
+            let with_protocol = spec(group(Some("kv-v1")), "p:1", "d:1", "r:1");
+            assert_eq!(
+                pairing_key(&canary, &with_protocol, "prefill").as_deref(),
+                Some("kv-v1"),
+                "the stable revision's protocol"
+            );
+        }
     }
 }

@@ -1,12 +1,14 @@
 //! The PodSet controller's writes: a gang's pods by index, a refused create, a failed pod
-//! recovered, the template hash passed on, the status, and ordered deletion.
+//! recovered, the template hash and the pairing key passed on, the status, ordered deletion,
+//! and the finalizer added before anything else.
 
 use serde_json::{Value, json};
 
 use super::{ScriptedApi, path_of, paths};
 use crate::api::PodSet;
 use crate::api::keys::{
-    FINALIZER_PODSET, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_TEMPLATE_HASH,
+    FINALIZER_PODSET, LABEL_PAIRING_KEY, LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME,
+    LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::controller::kit::error::Error;
 
@@ -173,4 +175,49 @@ async fn a_deleted_gang_waits_for_its_pods_then_lets_its_finalizer_go() {
         finalizers.as_array().is_none_or(Vec::is_empty),
         "removed once nothing is left: {finalizers}"
     );
+}
+
+#[tokio::test]
+async fn a_new_gang_gets_its_finalizer_before_any_pod() {
+    let mut gang = podset(2);
+    gang["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("finalizers");
+    let api = ScriptedApi::holding([gang]);
+    let ctx = api.context::<PodSet>().await;
+    api.reconcile::<PodSet>(&ctx, &gang_path()).await.unwrap();
+    let writes = api.writes();
+    assert_eq!(
+        paths(&writes, "patch"),
+        [gang_path()],
+        "only the finalizer: {writes:#?}"
+    );
+    assert!(paths(&writes, "create").is_empty(), "{writes:#?}");
+    assert_eq!(
+        api.object(&gang_path()).unwrap()["metadata"]["finalizers"],
+        json!([FINALIZER_PODSET])
+    );
+    // Its own write brings the next pass, which makes the pods.
+    let ctx = api.context::<PodSet>().await;
+    api.reconcile::<PodSet>(&ctx, &gang_path()).await.unwrap();
+    assert_eq!(paths(&api.writes(), "create").len(), 2);
+}
+
+#[tokio::test]
+async fn a_gangs_pods_take_the_pairing_key_their_podset_passes_on() {
+    let mut gang = podset(2);
+    gang["metadata"]["labels"][LABEL_PAIRING_KEY] = json!("k2");
+    let api = ScriptedApi::holding([gang, member(0, "Running", "h1"), member(1, "Running", "h1")]);
+    let ctx = api.context::<PodSet>().await;
+    api.reconcile::<PodSet>(&ctx, &gang_path()).await.unwrap();
+    for index in 0..2 {
+        let pod = api.object(&format!("{PODS}/gang-{index}")).unwrap();
+        assert_eq!(pod["metadata"]["labels"][LABEL_PAIRING_KEY], "k2", "{pod}");
+    }
+    let patched = paths(&api.writes(), "patch")
+        .into_iter()
+        .filter(|p| p.starts_with(PODS))
+        .count();
+    assert_eq!(patched, 2, "one patch per pod: {:#?}", api.writes());
 }

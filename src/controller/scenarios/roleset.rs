@@ -4,7 +4,7 @@
 //! pod's conditions around it), a change in-place cannot make, a pod adopted under its new
 //! hash, a gang whose PodGroup CRD is missing, a multi-node role's PodSets (and a role that
 //! becomes one), a pooled role's stable revision (cached, read, missing, unreadable), and a
-//! topology policy added over running pods.
+//! topology policy added over running pods, and a pairing group added over running pods.
 
 use serde_json::{Value, json};
 
@@ -12,7 +12,7 @@ use super::{ScriptedApi, path_of, paths};
 use crate::api::RoleSet;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
-    FINALIZER_ROLESET, LABEL_REVISION_OWNER, LABEL_ROLE_TEMPLATE_HASH,
+    FINALIZER_ROLESET, LABEL_PAIRING_KEY, LABEL_REVISION_OWNER, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::controller::kit::error::Error;
 
@@ -676,5 +676,52 @@ async fn a_role_that_becomes_multi_node_replaces_its_pods_with_podsets() {
     assert!(
         created.len() == 1 && created[0].starts_with(PODSETS),
         "a PodSet takes its place: {writes:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pairing_group_added_over_running_pods_keys_them_without_a_restart() {
+    let mut rs = roleset(1, false);
+    rs["spec"]["roles"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "prefill", "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "engine", "image": "prefill:1"}]}}}));
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let created = paths(&api.writes(), "create");
+    assert_eq!(created.len(), 2);
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["pairing"] = json!([{"roles": ["prefill", "decode"]}]);
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "create").is_empty() && paths(&writes, "delete").is_empty(),
+        "nothing replaced: {writes:#?}"
+    );
+    let mut relabelled = paths(&writes, "patch");
+    relabelled.retain(|p| p.starts_with(PODS));
+    relabelled.sort();
+    let mut expected = created.clone();
+    expected.sort();
+    assert_eq!(relabelled, expected, "one label patch per pod: {writes:#?}");
+    let keys: Vec<Value> = created
+        .iter()
+        .map(|pod| api.object(pod).unwrap()["metadata"]["labels"][LABEL_PAIRING_KEY].clone())
+        .collect();
+    assert!(keys[0].is_string(), "{keys:?}");
+    assert_eq!(keys[0], keys[1], "one key for the group");
+    // The next pass has nothing to do.
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let again = api.writes()[before..].to_vec();
+    assert!(
+        again.iter().all(|w| !w.path.starts_with(PODS)),
+        "idempotent: {again:#?}"
     );
 }

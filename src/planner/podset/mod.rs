@@ -1,15 +1,40 @@
 //! Decisions of the PodSet controller (docs/aibrix-compatibility.md#the-same): keep one pod per
 //! index `0..podGroupSize`, recovering failures per `recoveryPolicy`.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
 
 use super::status::{ConditionStatus, Reason, condition, keep_transition_times};
-use crate::api::keys::CONDITION_REPLICA_FAILURE;
+use crate::api::keys::{CONDITION_REPLICA_FAILURE, LABEL_PAIRING_KEY, LABEL_ROLE_TEMPLATE_HASH};
 use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
 use crate::planner::podgroup::Gang;
 
 /// The pod counters of a PodSet's status (its `phase` is what the RoleSet decides on).
 pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
+
+/// The labels a gang's pods take from their PodSet after it was made — its template hash (a
+/// PodSet adopted under a new hash after a cut-over passes it on without restarting them)
+/// and its pairing key (a paired role's new key) — as the merge patch that makes a pod
+/// labelled `pod` carry them; None when it does. A key the PodSet lacks is removed, a hash it
+/// lacks is left as it is.
+pub fn passed_on_labels(
+    podset: &BTreeMap<String, String>,
+    pod: &BTreeMap<String, String>,
+) -> Option<Value> {
+    let mut changes = serde_json::Map::new();
+    if let Some(hash) = podset.get(LABEL_ROLE_TEMPLATE_HASH)
+        && pod.get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash)
+    {
+        changes.insert(LABEL_ROLE_TEMPLATE_HASH.into(), json!(hash));
+    }
+    let key = podset.get(LABEL_PAIRING_KEY);
+    if pod.get(LABEL_PAIRING_KEY) != key {
+        changes.insert(LABEL_PAIRING_KEY.into(), json!(key));
+    }
+    (!changes.is_empty()).then(|| json!({"metadata": {"labels": changes}}))
+}
 
 /// One observed pod of a gang.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,6 +189,38 @@ mod tests {
             ready,
             restarts,
         }
+    }
+
+    #[test]
+    fn a_gangs_pods_take_its_hash_and_its_pairing_key() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let podset = labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h2"), (LABEL_PAIRING_KEY, "k2")]);
+        assert_eq!(passed_on_labels(&podset, &podset), None, "carried already");
+        assert_eq!(
+            passed_on_labels(&podset, &labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h1")])),
+            Some(
+                json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: "h2", LABEL_PAIRING_KEY: "k2"}}})
+            )
+        );
+        let unpaired = labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h2")]);
+        assert_eq!(
+            passed_on_labels(&unpaired, &podset),
+            Some(json!({"metadata": {"labels": {LABEL_PAIRING_KEY: null}}})),
+            "a key the PodSet no longer has goes"
+        );
+        assert_eq!(
+            passed_on_labels(
+                &BTreeMap::new(),
+                &labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h1")])
+            ),
+            None,
+            "a hash the PodSet lacks is left"
+        );
     }
 
     #[test]

@@ -9,18 +9,21 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::ResourceExt;
+use kube::api::ObjectMeta;
+use serde_json::{Value, json};
 
 use super::children::{RoleChildren, desired_pod, of_role, role_children};
 use super::in_place::adoptable;
 use crate::api::keys::{
-    LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
+    LABEL_PAIRING_KEY, LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME,
+    LABEL_STORM_SERVICE_REVISION,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{
     PodSet, RoleSet, RoleSetTemplateSpec, RoleSpec, StormService, StormServiceUpdateStrategyType,
     controlled_by,
 };
-use crate::planner::render::{podset_for_slot, role_revision_labels, template_hash};
+use crate::planner::render::{pairing_key, podset_for_slot, role_revision_labels, template_hash};
 use crate::planner::revision::{UpdateRevision, sort_history, update_revision};
 
 /// The children of a role labelled with another template hash that already are what the
@@ -264,37 +267,68 @@ fn roles_of(
         .collect()
 }
 
-/// Pods of a plain-pod role on `target_hash` whose role-revision labels are not the
-/// RoleSet's per-role annotations (pods AIBrix labelled, adopted before the RoleSet moved to
-/// squall's revision; or a revision renumbered by a rollback): relabelled, nothing else.
+/// Children of a role on `target_hash` whose version labels are not what the RoleSet says
+/// now — a plain-pod role's pods whose role-revision labels are not the RoleSet's per-role
+/// annotations (pods AIBrix labelled, adopted before the RoleSet moved to squall's revision;
+/// a revision renumbered by a rollback), and any child, pod or a multi-node role's PodSet,
+/// whose pairing key is not its group's (a partner's template changed, or the group did):
+/// relabelled with [`relabel_patch`], nothing else.
 pub fn stale_revision_labels(
     roleset: &RoleSet,
     role: &RoleSpec,
     children: &RoleChildren,
     target_hash: &str,
     pods: &[Arc<CachedPod>],
+    podsets: &[Arc<PodSet>],
 ) -> Vec<String> {
+    let key = pairing_key(&roleset.spec, &roleset.spec, &role.name);
+    let on_target = |child: &ObjectMeta| {
+        child.deletion_timestamp.is_none()
+            && child
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_ROLE_TEMPLATE_HASH))
+                .map(String::as_str)
+                == Some(target_hash)
+    };
+    let keyed_apart = |child: &ObjectMeta| {
+        child.labels.as_ref().and_then(|l| l.get(LABEL_PAIRING_KEY)) != key.as_ref()
+    };
     if children.gang {
-        return Vec::new();
+        return of_role(podsets, &role.name)
+            .filter(|podset| on_target(&podset.metadata) && keyed_apart(&podset.metadata))
+            .map(ResourceExt::name_any)
+            .collect();
     }
     let wanted = role_revision_labels(roleset, &role.name);
-    if wanted.is_empty() {
-        return Vec::new();
-    }
     of_role(pods, &role.name)
         .filter(|pod| {
-            pod.metadata.deletion_timestamp.is_none()
-                && pod
-                    .labels()
-                    .get(LABEL_ROLE_TEMPLATE_HASH)
-                    .map(String::as_str)
-                    == Some(target_hash)
-                && wanted
-                    .iter()
-                    .any(|(key, value)| pod.labels().get(key) != Some(value))
+            on_target(&pod.metadata)
+                && (keyed_apart(&pod.metadata)
+                    || wanted
+                        .iter()
+                        .any(|(key, value)| pod.labels().get(key) != Some(value)))
         })
         .map(ResourceExt::name_any)
         .collect()
+}
+
+/// The merge patch of [`stale_revision_labels`]' children: the role-revision labels (a
+/// PodSet does not carry them) and the pairing key, removed from a role no longer paired.
+pub fn relabel_patch(roleset: &RoleSet, role: &str, gang: bool) -> Value {
+    let mut labels = serde_json::Map::new();
+    if !gang {
+        labels.extend(
+            role_revision_labels(roleset, role)
+                .into_iter()
+                .map(|(key, value)| (key, Value::String(value))),
+        );
+    }
+    labels.insert(
+        LABEL_PAIRING_KEY.into(),
+        pairing_key(&roleset.spec, &roleset.spec, role).map_or(Value::Null, Value::String),
+    );
+    json!({"metadata": {"labels": labels}})
 }
 
 #[cfg(test)]
@@ -331,6 +365,54 @@ mod tests {
         spec.node_name = Some("kwok-node-0".into());
         spec.containers[0].image_pull_policy = Some("IfNotPresent".into());
         Arc::new(CachedPod::from_pod(&pod))
+    }
+
+    #[test]
+    fn a_paired_roles_pods_on_its_template_take_its_key_and_lose_it_unpaired() {
+        let mut rs = roleset("engine:1");
+        rs.spec.roles.as_mut().unwrap().push(
+            serde_json::from_value(json!({"name": "prefill",
+                "template": {"spec": {"containers": [{"name": "engine", "image": "p:1"}]}}}))
+            .unwrap(),
+        );
+        let role = rs.spec.roles.as_ref().unwrap()[0].clone();
+        let target = template_hash(role.template.as_ref().unwrap());
+        let pod = |rs: &RoleSet, name: &str, hash: &str| {
+            let mut pod = stateless_pod(rs, &role, hash);
+            pod.metadata.name = Some(name.into());
+            Arc::new(CachedPod::from_pod(&pod))
+        };
+        let stale = |rs: &RoleSet, pods: &[Arc<CachedPod>]| {
+            let children = role_children(rs, pods, &[]).remove(0);
+            stale_revision_labels(rs, &role, &children, &target, pods, &[])
+        };
+        // Made before the group was.
+        let unkeyed = [
+            pod(&rs, "rs-decode-a", &target),
+            pod(&rs, "rs-decode-old", "old"),
+        ];
+        rs.spec.pairing =
+            serde_json::from_value(json!([{"roles": ["decode", "prefill"]}])).unwrap();
+        assert_eq!(
+            stale(&rs, &unkeyed),
+            ["rs-decode-a"],
+            "a pod on the target takes the key; one on another template keeps what it has"
+        );
+        let key = pairing_key(&rs.spec, &rs.spec, "decode").unwrap();
+        assert_eq!(
+            relabel_patch(&rs, "decode", false)["metadata"]["labels"][LABEL_PAIRING_KEY],
+            json!(key)
+        );
+        let keyed = [pod(&rs, "rs-decode-b", &target)];
+        assert!(stale(&rs, &keyed).is_empty(), "keyed already");
+        let mut unpaired = rs.clone();
+        unpaired.spec.pairing = None;
+        assert_eq!(stale(&unpaired, &keyed), ["rs-decode-b"]);
+        assert_eq!(
+            relabel_patch(&unpaired, "decode", true),
+            json!({"metadata": {"labels": {LABEL_PAIRING_KEY: null}}}),
+            "the key goes; a PodSet carries no role-revision labels"
+        );
     }
 
     #[test]

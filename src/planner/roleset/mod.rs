@@ -27,11 +27,13 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::render::{
-    has_affinity, podset_for_slot, stateful_pod, stateless_pod, template_hash, topology_affinity,
+    group_of, has_affinity, pairing_key, podset_for_slot, stateful_pod, stateless_pod,
+    template_hash, topology_affinity,
 };
-use super::revision::role_template;
+use super::revision::{role_template, template_of};
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_PAIRING_KEY, LABEL_ROLE_NAME,
+    LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::{PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType};
 use crate::planner::podgroup::Gang;
@@ -182,13 +184,14 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     {
         let stable = match stable {
             Some(Ok(revision)) => match role_template(&revision, &role.name) {
-                Ok(template) => Some((
-                    template_hash(&template),
-                    RoleSpec {
+                Ok(template) => Some(StableTemplate {
+                    hash: template_hash(&template),
+                    pairing_key: stable_pairing_key(roleset, &revision, &role.name),
+                    role: RoleSpec {
                         template: Some(template),
                         ..(*role).clone()
                     },
-                )),
+                }),
                 Err(e) => {
                     pass.problems.push(format!("role {}: {e}", role.name));
                     None
@@ -208,7 +211,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             pass.orphan_podsets
                 .extend(of_role(input_podsets, &role.name).map(|p| p.name_any()));
         }
-        let stable_hash = stable.as_ref().map(|(hash, _)| hash.clone());
+        let stable_hash = stable.as_ref().map(|stable| stable.hash.clone());
         let mut children = children;
         let adopted = adopt(
             roleset,
@@ -219,11 +222,17 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             input_podsets,
         );
         let target_hash = template_hash(&role.template.clone().unwrap_or_default());
-        let relabel: Vec<String> =
-            stale_revision_labels(roleset, role, &children, &target_hash, input_pods)
-                .into_iter()
-                .filter(|name| !adopted.contains(name))
-                .collect();
+        let relabel: Vec<String> = stale_revision_labels(
+            roleset,
+            role,
+            &children,
+            &target_hash,
+            input_pods,
+            input_podsets,
+        )
+        .into_iter()
+        .filter(|name| !adopted.contains(name))
+        .collect();
         pass.inputs.push(role_input(
             roleset,
             role,
@@ -294,6 +303,29 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass
 }
 
+/// A role's stable template (a pooled canary's, from its stable revision), as its pods
+/// are rendered from it.
+struct StableTemplate {
+    /// Its hash.
+    hash: String,
+    /// The role with the stable template.
+    role: RoleSpec,
+    /// The pairing key of pods rendered from the stable revision, for a paired role.
+    pairing_key: Option<String>,
+}
+
+/// The pairing key of `role`'s pods rendered from the stable `revision`: the RoleSet's groups,
+/// the revision's templates and protocol; None for a role the RoleSet does not pair.
+fn stable_pairing_key(
+    roleset: &RoleSet,
+    revision: &ControllerRevision,
+    role: &str,
+) -> Option<String> {
+    group_of(&roleset.spec, role)?;
+    let held = template_of(revision).ok()?.spec.unwrap_or_default();
+    pairing_key(&roleset.spec, &held, role)
+}
+
 /// What the role planner knows of one role.
 fn role_input(
     roleset: &RoleSet,
@@ -348,36 +380,63 @@ fn role_writes(
     roleset: &RoleSet,
     role: &RoleSpec,
     input: &RoleInput,
-    stable: Option<&(String, RoleSpec)>,
+    stable: Option<&StableTemplate>,
     action: RoleAction,
     pods: &[Arc<CachedPod>],
 ) -> RoleWrites {
     let gang = role.pod_group_size_or_default() > 1;
-    // The role and hash a new child of a slot (None: stateless) is rendered from.
-    let template_for = |slot: Option<u32>, from_stable: bool| match stable {
-        Some((hash, stable_role)) if from_stable || input.stable_slot(slot) => {
-            (stable_role, hash.as_str(), true)
-        }
-        _ => (role, input.target_hash.as_str(), false),
+    // The stable template a new child of a slot (None: stateless) is rendered from, if any.
+    let stable_for = |slot: Option<u32>, from_stable: bool| {
+        stable.filter(|_| from_stable || input.stable_slot(slot))
     };
+    // Rendered from the role's template, a child takes its pairing key from the RoleSet's;
+    // from the stable one, the stable revision's.
+    let keyed = |labels: &mut Option<BTreeMap<String, String>>, stable: Option<&StableTemplate>| {
+        if let Some(stable) = stable {
+            let labels = labels.get_or_insert_default();
+            match &stable.pairing_key {
+                Some(key) => labels.insert(LABEL_PAIRING_KEY.into(), key.clone()),
+                None => labels.remove(LABEL_PAIRING_KEY),
+            };
+        }
+    };
+    // The role (with its template) and the hash a child is rendered from.
+    fn rendered_from<'a>(
+        stable: Option<&'a StableTemplate>,
+        role: &'a RoleSpec,
+        target_hash: &'a str,
+    ) -> (&'a RoleSpec, &'a str) {
+        match stable {
+            Some(stable) => (&stable.role, stable.hash.as_str()),
+            None => (role, target_hash),
+        }
+    }
     let stateless = |from_stable: bool| {
-        let (from, hash, stable) = template_for(None, from_stable);
+        let stable = stable_for(None, from_stable);
+        let (from, hash) = rendered_from(stable, role, &input.target_hash);
+        let mut pod = stateless_pod(roleset, from, hash);
+        keyed(&mut pod.metadata.labels, stable);
         Create {
             slot: None,
-            stable,
-            child: NewChild::Pod(Box::new(stateless_pod(roleset, from, hash))),
+            stable: stable.is_some(),
+            child: NewChild::Pod(Box::new(pod)),
         }
     };
     let slotted = |slot: u32| {
-        let (from, hash, stable) = template_for(Some(slot), false);
+        let stable = stable_for(Some(slot), false);
+        let (from, hash) = rendered_from(stable, role, &input.target_hash);
         let child = if gang {
-            NewChild::PodSet(Box::new(podset_for_slot(roleset, from, hash, slot)))
+            let mut podset = podset_for_slot(roleset, from, hash, slot);
+            keyed(&mut podset.metadata.labels, stable);
+            NewChild::PodSet(Box::new(podset))
         } else {
-            NewChild::Pod(Box::new(stateful_pod(roleset, from, hash, slot)))
+            let mut pod = stateful_pod(roleset, from, hash, slot);
+            keyed(&mut pod.metadata.labels, stable);
+            NewChild::Pod(Box::new(pod))
         };
         Create {
             slot: Some(slot),
-            stable,
+            stable: stable.is_some(),
             child,
         }
     };
@@ -900,5 +959,69 @@ mod tests {
         assert_eq!(creates(&pass(&rs, &[], &[])), 2);
         assert_eq!(creates(&pass_with_gang(&rs, &[], &[], Gang::Waiting)), 0);
         assert_eq!(creates(&pass_with_gang(&rs, &[], &[], Gang::Ready)), 2);
+    }
+
+    #[test]
+    fn a_paired_roles_stable_pods_carry_the_stable_revisions_key() {
+        use crate::api::RoleSetTemplateSpec;
+        use crate::planner::revision::revision_data;
+        use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+        let paired = |image: &str| {
+            let role = |name: &str, replicas: u32| {
+                json!({"name": name, "replicas": replicas,
+                    "template": {"spec": {"containers": [{"name": "c", "image": image}]}}})
+            };
+            let mut rs = roleset(json!([role("prefill", 2), role("decode", 1)]));
+            rs.spec.pairing =
+                serde_json::from_value(json!([{"roles": ["prefill", "decode"]}])).unwrap();
+            rs
+        };
+        let stable = paired("engine:1").spec;
+        let revision = Arc::new(ControllerRevision {
+            metadata: kube::api::ObjectMeta {
+                name: Some("svc-stable".into()),
+                ..Default::default()
+            },
+            data: Some(RawExtension(revision_data(&RoleSetTemplateSpec {
+                metadata: None,
+                spec: Some(stable.clone()),
+            }))),
+            revision: 1,
+        });
+        let mut rs = paired("engine:2");
+        rs.spec.roles.as_mut().unwrap()[0].rollout =
+            serde_json::from_value(json!({"partition": 1, "stableRevision": "svc-stable"}))
+                .unwrap();
+        let roles = role_children(&rs, &[], &[]);
+        let pass = decide(PassInput {
+            roleset: &rs,
+            pods: &[],
+            podsets: &[],
+            roles,
+            pending: vec![Pending::default(); 2],
+            stable: vec![Some(Ok(revision)), None],
+            gang: Gang::NotRequested,
+        });
+        let mut keys: Vec<(bool, Option<String>)> = pass.roles[0]
+            .creates
+            .iter()
+            .map(|create| {
+                let NewChild::Pod(pod) = &create.child else {
+                    panic!("a plain-pod role")
+                };
+                (create.stable, pod.labels().get(LABEL_PAIRING_KEY).cloned())
+            })
+            .collect();
+        keys.sort();
+        let target = pairing_key(&rs.spec, &rs.spec, "prefill");
+        let from_stable = pairing_key(&rs.spec, &stable, "prefill");
+        assert_ne!(target, from_stable);
+        assert_eq!(keys, [(false, target.clone()), (true, from_stable)]);
+        let decode = &pass.roles[1].creates;
+        assert!(
+            decode.iter().all(|c| matches!(&c.child,
+                NewChild::Pod(pod) if pod.labels().get(LABEL_PAIRING_KEY) == target.as_ref())),
+            "a role without a partition: the target's key"
+        );
     }
 }

@@ -5,6 +5,7 @@ mod canary;
 mod chart;
 mod control_plane;
 mod operator_install;
+mod pairing;
 mod podset;
 mod roleset;
 mod roleset_in_place;
