@@ -1,10 +1,11 @@
 //! The RoleSet controller's writes: a role's pods created once however stale the cache, a
-//! refused create by role, a slot's name already taken, a scale-down by UID, an invalid
-//! spec, ordered deletion, an in-place move started, waiting and completed (and a gated
-//! pod's conditions around it), a change in-place cannot make, a pod adopted under its new
-//! hash, a gang whose PodGroup CRD is missing, a multi-node role's PodSets (and a role that
-//! becomes one), a pooled role's stable revision (cached, read, missing, unreadable), and a
-//! topology policy added over running pods, and a pairing group added over running pods.
+//! refused create by role, a slot's name already taken, a scale-down by UID, a removed
+//! role's pods, an invalid spec, ordered deletion, an in-place move started, waiting and
+//! completed (and a gated pod's conditions around it), a change in-place cannot make, a pod
+//! adopted under its new hash (a multi-node role's PodSet too), a gang whose PodGroup CRD is
+//! missing, a multi-node role's PodSets (and a role that becomes one), a pooled role's stable
+//! revision (cached, read, missing, unreadable), a topology policy added over running pods,
+//! and a pairing group added over running pods.
 
 use serde_json::{Value, json};
 
@@ -724,4 +725,76 @@ async fn a_pairing_group_added_over_running_pods_keys_them_without_a_restart() {
         again.iter().all(|w| !w.path.starts_with(PODS)),
         "idempotent: {again:#?}"
     );
+}
+
+#[tokio::test]
+async fn a_role_removed_from_the_spec_takes_its_pods_by_uid_and_leaves_the_rest() {
+    let mut rs = roleset(1, false);
+    rs["spec"]["roles"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "gone", "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "engine", "image": "engine:1"}]}}}));
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let pods = api.objects("v1", "Pod");
+    let of = |role: &str| -> Vec<String> {
+        pods.iter()
+            .filter(|p| p["metadata"]["labels"]["role-name"] == role)
+            .map(path_of)
+            .collect()
+    };
+    let (kept, gone) = (of("decode"), of("gone"));
+    assert_eq!((kept.len(), gone.len()), (1, 2));
+    api.edit(&rs_path(), |rs| {
+        rs["spec"]["roles"].as_array_mut().unwrap().pop();
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    let mut deleted = paths(&writes, "delete");
+    deleted.sort();
+    let mut expected = gone.clone();
+    expected.sort();
+    assert_eq!(deleted, expected, "the removed role's pods: {writes:#?}");
+    assert!(
+        writes
+            .iter()
+            .filter(|w| w.verb == "delete")
+            .all(|w| w.body["preconditions"]["uid"].is_string()),
+        "by UID: {writes:#?}"
+    );
+    assert!(api.object(&kept[0]).is_some(), "the kept role's pod stays");
+}
+
+#[tokio::test]
+async fn a_multi_node_roles_podset_that_already_is_the_template_is_adopted_not_replaced() {
+    let mut rs = roleset(1, false);
+    rs["spec"]["roles"][0]["podGroupSize"] = json!(2);
+    let api = ScriptedApi::holding([rs]);
+    let ctx = api.context::<RoleSet>().await;
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let podset = paths(&api.writes(), "create").remove(0);
+    let ours = api.object(&podset).unwrap()["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH].clone();
+    // As AIBrix left it: the same gang under AIBrix's hash of the same template.
+    api.edit(&podset, |ps| {
+        ps["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH] = json!("aibrix-hash");
+        ps["status"] = json!({"phase": "Ready", "readyPods": 2, "totalPods": 2});
+    });
+    let ctx = api.context::<RoleSet>().await;
+    let before = api.writes().len();
+    api.reconcile::<RoleSet>(&ctx, &rs_path()).await.unwrap();
+    let writes = api.writes()[before..].to_vec();
+    assert!(
+        paths(&writes, "create").is_empty() && paths(&writes, "delete").is_empty(),
+        "not replaced: {writes:#?}"
+    );
+    assert_eq!(
+        api.object(&podset).unwrap()["metadata"]["labels"][LABEL_ROLE_TEMPLATE_HASH],
+        ours,
+        "relabelled with squall's hash (its pods follow from the PodSet)"
+    );
+    assert_eq!(api.event_reasons(), ["Adopted"]);
 }
