@@ -106,6 +106,7 @@ fn planners(c: &mut Criterion) {
                 RoleSetUpdateStrategy::Sequential,
                 black_box(&roles),
                 &sequence,
+                &[],
             ))
         })
     });

@@ -81,6 +81,11 @@ pub const CONDITION_CANARY_ANALYSIS: &str = "CanaryAnalysis";
 /// Pairing key of a paired role's pods and PodSets (docs/rollouts.md#pairing): pods with
 /// the same key serve together. squall's own, as no AIBrix controller pairs pods.
 pub const LABEL_PAIRING_KEY: &str = "pairing.squall.dev/key";
+/// Pod condition, and readiness gate of a paired role's pods, that squall sets True while
+/// every role of the pod's group has a pod of its key whose containers are ready
+/// (docs/rollouts.md#pairing): a pod without a partner of its version is not Ready, so no
+/// EndpointSlice lists it as serving.
+pub const CONDITION_PAIRING_SERVABLE: &str = "pairing.squall.dev/servable";
 
 /// PodSet finalizer (its pods go first).
 pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";

@@ -176,6 +176,38 @@ impl CachedPod {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     }
 
+    /// The status of its condition `type_`, when it has one.
+    pub fn condition(&self, type_: &str) -> Option<&str> {
+        self.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.as_str())
+    }
+
+    /// Whether its spec declares the readiness gate `condition_type` (read from the raw
+    /// spec: only what it needs is decoded).
+    pub fn has_readiness_gate(&self, condition_type: &str) -> bool {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Gate {
+            condition_type: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Only {
+            #[serde(default)]
+            readiness_gates: Option<Vec<Gate>>,
+        }
+        self.spec
+            .as_deref()
+            .and_then(|raw| serde_json::from_str::<Only>(raw.get()).ok())
+            .and_then(|only| only.readiness_gates)
+            .is_some_and(|gates| gates.iter().any(|g| g.condition_type == condition_type))
+    }
+
     /// Restarts of its containers, summed.
     pub fn restarts(&self) -> i32 {
         self.status

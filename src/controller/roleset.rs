@@ -29,8 +29,8 @@ use super::podgroups;
 use super::wall_clock;
 use crate::admission::validation::validate_roleset;
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, FINALIZER_ROLESET,
-    LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE,
+    FINALIZER_ROLESET, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
@@ -137,6 +137,10 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     }
     let pod_writes = Writes::<Pod>::beside(ctx, roleset);
     let podset_writes = Writes::<PodSet>::beside(ctx, roleset);
+    // Gates first: a pod stops serving before the partner it relies on goes.
+    for (name, servable) in &pass.gates {
+        set_pairing_condition(&pod_writes, name, *servable, now).await?;
+    }
     let pod_uids = uids(pods.iter().map(|p| &**p));
     let podset_uids = uids(podsets.iter().map(|p| &**p));
     if !pass.retired_pods.is_empty() || !pass.retired_podsets.is_empty() {
@@ -453,6 +457,37 @@ async fn set_in_place_condition(
     if !ready {
         conditions.push(json!({"type": "Ready", "status": "False",
             "reason": Reason::InPlaceUpdating.as_str(), "lastTransitionTime": now}));
+    }
+    api.patch_status(
+        name,
+        &Patch::Strategic(json!({"status": {"conditions": conditions}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sets a paired pod's pairing condition (docs/rollouts.md#pairing) — and, when it turns
+/// False, Ready with it, so endpoints stop listing the pod now rather than when its kubelet
+/// next syncs. True leaves Ready to the kubelet, which checks the containers too.
+async fn set_pairing_condition(
+    api: &Writes<'_, Pod>,
+    name: &str,
+    servable: bool,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let now = now.to_string();
+    let reason = if servable {
+        Reason::PartnersReady
+    } else {
+        Reason::NoPartner
+    }
+    .as_str();
+    let mut conditions = vec![json!({"type": CONDITION_PAIRING_SERVABLE,
+        "status": if servable { "True" } else { "False" },
+        "reason": reason, "lastTransitionTime": now})];
+    if !servable {
+        conditions.push(json!({"type": "Ready", "status": "False", "reason": reason,
+            "lastTransitionTime": now}));
     }
     api.patch_status(
         name,

@@ -2,6 +2,7 @@
 //! update. No I/O, so every decision is unit- and property-tested.
 
 pub mod lease;
+pub mod pairing;
 pub mod podgroup;
 pub mod podset;
 pub mod render;

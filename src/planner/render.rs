@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, Service, ServiceSpec,
-    WeightedPodAffinityTerm,
+    Container, EnvVar, Pod, PodAffinityTerm, PodReadinessGate, PodSpec, PodTemplateSpec, Service,
+    ServiceSpec, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
@@ -15,9 +15,9 @@ use serde_json::Value;
 
 use crate::api::keys::{
     ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
-    ANNOTATION_ROLESET_INDEX, FINALIZER_PODSET, LABEL_PAIRING_KEY, LABEL_POD_GROUP_INDEX,
-    LABEL_PODSET_NAME, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_REVISION,
-    LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    ANNOTATION_ROLESET_INDEX, CONDITION_PAIRING_SERVABLE, FINALIZER_PODSET, LABEL_PAIRING_KEY,
+    LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
+    LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
     LABEL_STORM_SERVICE_NAME,
 };
 use crate::api::{
@@ -275,6 +275,13 @@ pub fn group_of<'a>(spec: &'a RoleSetSpec, role: &str) -> Option<&'a PairingGrou
         .find(|group| group.roles.iter().any(|r| r == role))
 }
 
+/// Whether `role`'s pods declare the pairing readiness gate: single pods of a paired role.
+/// A multi-node role's gangs carry the key but serve ungated (their pods belong to PodSets,
+/// which do not set the gate).
+pub fn gated_by_pairing(spec: &RoleSetSpec, role: &RoleSpec) -> bool {
+    group_of(spec, &role.name).is_some() && role.pod_group_size_or_default() <= 1
+}
+
 /// The pairing key of `role`'s pods rendered from `rendered_from` — the RoleSet's spec, or
 /// in a pooled canary the stable revision's — when `spec`, the RoleSet's own, pairs the
 /// role: the `protocol` `rendered_from` gives the role's group, else a hash of the templates
@@ -404,6 +411,17 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
     env_first(&mut spec.containers, &builtin);
     if let Some((term, mode)) = topology_affinity(roleset, &role.name) {
         add_affinity(&mut spec, term, mode);
+    }
+    if gated_by_pairing(&roleset.spec, role) {
+        let gates = spec.readiness_gates.get_or_insert_default();
+        if !gates
+            .iter()
+            .any(|g| g.condition_type == CONDITION_PAIRING_SERVABLE)
+        {
+            gates.push(PodReadinessGate {
+                condition_type: CONDITION_PAIRING_SERVABLE.into(),
+            });
+        }
     }
 
     Pod {

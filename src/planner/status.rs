@@ -159,6 +159,10 @@ pub enum Reason {
     InPlaceUpdating,
     /// A pod runs its new template after an in-place update.
     InPlaceUpdateCompleted,
+    /// Every role of a paired pod's group has a pod of its key whose containers are ready.
+    PartnersReady,
+    /// Some role of a paired pod's group has no pod of its key ready to serve with it.
+    NoPartner,
 }
 
 impl Reason {
@@ -194,6 +198,8 @@ impl Reason {
             Self::PodGroupCrdMissing => "PodGroupCRDMissing",
             Self::InPlaceUpdating => "InPlaceUpdating",
             Self::InPlaceUpdateCompleted => "InPlaceUpdateCompleted",
+            Self::PartnersReady => "PartnersReady",
+            Self::NoPartner => "NoPartner",
         }
     }
 }

@@ -21,8 +21,8 @@ use serde_json::{Map, Value, json};
 
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_STATE, ANNOTATION_IN_PLACE_TARGET_HASH,
-    CONDITION_IN_PLACE_READY, LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME,
-    LABEL_ROLE_TEMPLATE_HASH,
+    CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_REVISION,
+    LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
 
 /// Env var whose value is the template hash: it differs between revisions by design.
@@ -185,6 +185,8 @@ fn comparable(pod: &Pod) -> Value {
         LABEL_ROLE_TEMPLATE_HASH,
         LABEL_ROLE_REVISION,
         LABEL_ROLE_REVISION_NAME,
+        // A partner's change moves the key without a restart (docs/rollouts.md#pairing).
+        LABEL_PAIRING_KEY,
     ] {
         labels.remove(key);
     }
@@ -201,6 +203,14 @@ fn comparable(pod: &Pod) -> Value {
     if let Value::Object(spec) = &mut spec {
         // Per-pod: a stateful pod's hostname is its name, which embeds the hash.
         spec.remove("hostname");
+        // A pod made before its role was paired has no pairing gate, and cannot get one
+        // (readiness gates are immutable): it moves in place ungated.
+        if let Some(Value::Array(gates)) = spec.get_mut("readinessGates") {
+            gates.retain(|g| g.get("conditionType") != Some(&json!(CONDITION_PAIRING_SERVABLE)));
+            if gates.is_empty() {
+                spec.remove("readinessGates");
+            }
+        }
         for container in containers_mut(spec) {
             if let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) {
                 for var in env.iter_mut() {
@@ -352,12 +362,18 @@ fn is_empty(value: &Value) -> bool {
     }
 }
 
-/// Why the in-place update of `pod` has not completed, or None when it has.
+/// Why the in-place update of `pod` has not completed, or None when it has. Readiness is
+/// the containers' (`ContainersReady`, else `Ready`): a gated pod is not Ready until its gates
+/// are True, and squall sets its gates True after the move completes.
 pub fn pending_reason(pod: &Pod) -> Option<PendingReason> {
     let status = pod.status.as_ref();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let of = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
+    let ready = of("ContainersReady")
+        .or_else(|| of("Ready"))
+        .is_some_and(|c| c.status == "True");
     if !ready {
         return Some(PendingReason::PodNotReady);
     }

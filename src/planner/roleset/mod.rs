@@ -35,7 +35,10 @@ use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_PAIRING_KEY, LABEL_ROLE_NAME,
     LABEL_ROLE_TEMPLATE_HASH,
 };
-use crate::api::{PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType};
+use crate::api::{
+    PairingGroup, PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
+};
+use crate::planner::pairing::{gates, group_indexes, paired_pods};
 use crate::planner::podgroup::Gang;
 use adoption::{adopt, stale_revision_labels};
 use children::{
@@ -166,6 +169,9 @@ pub struct Pass {
     /// Live pods and PodSets created before the `topologyPolicy` changed, which keep their
     /// old affinity until replaced (told once per generation), when there are any.
     pub topology_pending: Option<(usize, usize)>,
+    /// Paired pods whose pairing condition changes, with its new status (one pods/status
+    /// patch each).
+    pub gates: Vec<(String, bool)>,
 }
 
 /// The second half: decides the pass.
@@ -261,7 +267,12 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             .collect();
         pass.sequence = Some(order.join(" -> "));
     }
-    let actions = plan(strategy, &pass.inputs, &sequence);
+    let pairing = roleset.spec.pairing.as_deref().unwrap_or_default();
+    let groups = group_indexes(pairing, &specs);
+    let actions = plan(strategy, &pass.inputs, &sequence, &groups);
+    if !groups.is_empty() {
+        pass.gates = pairing_gates(pairing, input_pods, &actions);
+    }
     for ((((role, input), stable), action), adopted) in specs
         .iter()
         .zip(&pass.inputs)
@@ -301,6 +312,25 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass.retired_podsets = retire(&retired_podsets);
     pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
     pass
+}
+
+/// The pairing gates of this pass (docs/rollouts.md#pairing), the pods `actions` delete or
+/// move in place counted gone — but none of a pod deleted now.
+fn pairing_gates(
+    groups: &[PairingGroup],
+    pods: &[Arc<CachedPod>],
+    actions: &[RoleAction],
+) -> Vec<(String, bool)> {
+    let going: BTreeSet<String> = actions
+        .iter()
+        .flat_map(|a| a.delete.iter().chain(&a.in_place_start))
+        .cloned()
+        .collect();
+    let deleted: BTreeSet<&String> = actions.iter().flat_map(|a| &a.delete).collect();
+    gates(groups, &paired_pods(groups, pods), &going)
+        .into_iter()
+        .filter(|(name, _)| !deleted.contains(name))
+        .collect()
 }
 
 /// A role's stable template (a pooled canary's, from its stable revision), as its pods

@@ -14,6 +14,7 @@ use super::in_place::PendingReason;
 use crate::api::RoleSetUpdateStrategy;
 use crate::api::budget::Fenceposts;
 use crate::planner::MAX_CREATES_PER_PASS;
+use crate::planner::pairing::{Progress, lockstep_caps};
 
 /// One observed pod of a role.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,7 +294,7 @@ impl RoleInput {
     /// creating within `desired + maxSurge`.
     pub fn rollout(&self) -> RoleAction {
         if self.in_place {
-            match self.rollout_in_place() {
+            match self.rollout_in_place(None) {
                 Ok(action) => return action,
                 Err(reason) => {
                     let mut action = self.rollout_recreate();
@@ -305,12 +306,49 @@ impl RoleInput {
         self.rollout_recreate()
     }
 
+    /// Rollout with at most `cap` pods (slots, for stateful roles) on the target template,
+    /// counting in-place moves under way: one role's share of a pairing group's lock-step
+    /// batch (docs/rollouts.md#pairing).
+    pub fn rollout_capped(&self, cap: u32) -> RoleAction {
+        if self.in_place {
+            match self.rollout_in_place(Some(cap)) {
+                Ok(action) => return action,
+                Err(reason) => {
+                    let mut action = self.rollout_upto(cap);
+                    action.fallback = Some(reason);
+                    return action;
+                }
+            }
+        }
+        self.rollout_upto(cap)
+    }
+
+    /// A role's progress in a pairing group's lock-step: its Ready pods on the target
+    /// template, of the share it moves (`want_target`); for stateful roles, slots.
+    pub fn progress(&self) -> (u32, u32) {
+        let counts = self.counts();
+        if self.stateful {
+            // Slots count as moved once they hold what they should, stable ones included.
+            let (slots, _) = self.slots(&counts);
+            return (
+                self.slot_progress(&counts, &slots).updated_ready,
+                self.desired,
+            );
+        }
+        let updated_ready = counts
+            .active
+            .iter()
+            .filter(|p| p.ready && p.hash == self.target_hash)
+            .count() as u32;
+        (updated_ready, self.want_target(&counts))
+    }
+
     /// `InPlaceIfPossible` (docs/rollouts.md#in-place-image-updates), with the delete budget B of
     /// `Recreate` (`Ready + maxUnavailable - desired`): settle updates started earlier (a pending
     /// one that is Ready holds a unit of B), then start updates of outdated pods — not-Ready ones
     /// at once, Ready ones while B lasts. Err (the reason) when an outdated pod that is not
     /// already being updated cannot be: the role recreates instead.
-    fn rollout_in_place(&self) -> Result<RoleAction, String> {
+    fn rollout_in_place(&self, cap: Option<u32>) -> Result<RoleAction, String> {
         let counts = self.counts();
         let mut outdated: Vec<&PodView> = counts
             .active
@@ -330,6 +368,14 @@ impl RoleInput {
         }
         let mut budget =
             (self.ready(&counts) + self.budgets.max_unavailable).saturating_sub(self.desired);
+        let on_target = counts
+            .active
+            .iter()
+            .filter(|p| p.hash == self.target_hash)
+            .count() as u32;
+        let mut room = cap.map_or(u32::MAX, |cap| {
+            cap.saturating_sub(on_target + running.len() as u32)
+        });
         let mut action = RoleAction::default();
         for pod in running {
             match pod.in_place_pending {
@@ -343,12 +389,16 @@ impl RoleInput {
             }
         }
         for pod in candidates {
+            if room == 0 {
+                break;
+            }
             if pod.ready {
                 if budget == 0 {
                     break;
                 }
                 budget -= 1;
             }
+            room -= 1;
             action.in_place_start.push(pod.name.clone());
         }
         Ok(action)
@@ -408,7 +458,7 @@ impl RoleInput {
         delete
     }
 
-    /// Pods per Interleave step: `max(1, maxSurge + maxUnavailable)`.
+    /// Pods per Interleave step (and per pairing batch): `max(1, maxSurge + maxUnavailable)`.
     fn step_size(&self) -> u32 {
         (self.budgets.max_surge + self.budgets.max_unavailable).max(1)
     }
@@ -450,12 +500,17 @@ impl RoleInput {
 
     /// Interleave rollout up to `step` batches of updated pods (slots, for stateful roles).
     pub fn rollout_by_step(&self, step: u32) -> RoleAction {
+        self.rollout_upto(self.step_size().saturating_mul(step))
+    }
+
+    /// `Recreate` rollout up to `expected` pods (slots) on the target template.
+    fn rollout_upto(&self, expected: u32) -> RoleAction {
         if self.stateful {
-            return self.rollout_by_step_slots(step);
+            return self.rollout_upto_slots(expected);
         }
         let counts = self.counts();
         let want_target = self.want_target(&counts);
-        let expected = (self.step_size() * step).min(want_target);
+        let expected = expected.min(want_target);
         let updated = self.updated(&counts);
         if updated >= expected {
             return RoleAction::default();
@@ -722,12 +777,12 @@ impl RoleInput {
         (self.all_ready(), step)
     }
 
-    /// Interleave rollout of a stateful role up to `step` batches of updated slots.
-    fn rollout_by_step_slots(&self, step: u32) -> RoleAction {
+    /// `Recreate` rollout of a stateful role up to `expected` updated slots.
+    fn rollout_upto_slots(&self, expected: u32) -> RoleAction {
         let counts = self.counts();
         let (slots, _) = self.slots(&counts);
         let progress = self.slot_progress(&counts, &slots);
-        let expected = (self.step_size() * step).min(self.desired);
+        let expected = expected.min(self.desired);
         let create_budget = self
             .create_room(&counts)
             .min(expected.saturating_sub(progress.updated));
@@ -782,16 +837,20 @@ pub fn upgrade_sequence(orders: &[i32]) -> Vec<usize> {
 /// `Sequential` rolls the first unfinished role in `sequence` (and touches no other);
 /// `Parallel` rolls every role; `Interleave` moves roles in lock-step batches of
 /// `max(1, maxSurge + maxUnavailable)` pods (slots, for stateful roles), no role running
-/// ahead of the slowest one.
+/// ahead of the slowest one. The roles of a pairing group (`groups`, indexes into `roles`)
+/// move as one, in lock-step batches of the same share of each (docs/rollouts.md#pairing),
+/// whatever the strategy says: under `Sequential` the group takes the place of its first role.
 pub fn plan(
     strategy: RoleSetUpdateStrategy,
     roles: &[RoleInput],
     sequence: &[usize],
+    groups: &[Vec<usize>],
 ) -> Vec<RoleAction> {
     let scale: Vec<RoleAction> = roles.iter().map(RoleInput::scale).collect();
     if scale.iter().any(|a| !a.is_empty()) {
         return scale;
     }
+    let group_of = |i: usize| groups.iter().find(|g| g.contains(&i));
     let mut actions = vec![RoleAction::default(); roles.len()];
     match strategy {
         RoleSetUpdateStrategy::Sequential => {
@@ -803,16 +862,30 @@ pub fn plan(
             } else {
                 sequence.to_vec()
             };
+            let mut done = BTreeSet::new();
             for i in order {
-                actions[i] = roles[i].rollout();
-                if !actions[i].is_empty() || !roles[i].all_ready() {
+                let unit: Vec<usize> = match group_of(i) {
+                    Some(group) => group.clone(),
+                    None => vec![i],
+                };
+                if !done.insert(unit[0]) {
+                    continue;
+                }
+                let unit_actions = lockstep(roles, &unit);
+                let moving = unit_actions.iter().any(|a| !a.is_empty());
+                for (&i, action) in unit.iter().zip(unit_actions) {
+                    actions[i] = action;
+                }
+                if moving || unit.iter().any(|&i| !roles[i].all_ready()) {
                     break;
                 }
             }
         }
         RoleSetUpdateStrategy::Parallel => {
             for (i, role) in roles.iter().enumerate() {
-                actions[i] = role.rollout();
+                if group_of(i).is_none() {
+                    actions[i] = role.rollout();
+                }
             }
         }
         RoleSetUpdateStrategy::Interleave => {
@@ -820,7 +893,8 @@ pub fn plan(
             // multi-node roles); in-place roles roll as under Parallel.
             let steps: Vec<Option<(bool, u32)>> = roles
                 .iter()
-                .map(|r| (!r.in_place).then(|| r.current_step()))
+                .enumerate()
+                .map(|(i, r)| (!r.in_place && group_of(i).is_none()).then(|| r.current_step()))
                 .collect();
             let global = steps
                 .iter()
@@ -829,6 +903,9 @@ pub fn plan(
                 .map(|(_, step)| *step)
                 .min();
             for (i, role) in roles.iter().enumerate() {
+                if group_of(i).is_some() {
+                    continue;
+                }
                 actions[i] = match (steps[i], global) {
                     (None, _) => role.rollout(),
                     (Some((false, step)), Some(g)) if step <= g => role.rollout_by_step(g),
@@ -837,7 +914,43 @@ pub fn plan(
             }
         }
     }
+    if strategy != RoleSetUpdateStrategy::Sequential {
+        for group in groups {
+            for (&i, action) in group.iter().zip(lockstep(roles, group)) {
+                actions[i] = action;
+            }
+        }
+    }
     actions
+}
+
+/// The actions of the roles `unit` names: one role's rollout, or a pairing group's lock-step
+/// batch — each role capped at its share of the batch the slowest role is in. A group
+/// returning to its stable template (an abort) goes back without caps: the stable key's pods
+/// are what the partition keeps.
+fn lockstep(roles: &[RoleInput], unit: &[usize]) -> Vec<RoleAction> {
+    if let [i] = unit {
+        return vec![roles[*i].rollout()];
+    }
+    if unit.iter().any(|&i| roles[i].returning_to_stable()) {
+        return unit.iter().map(|&i| roles[i].rollout()).collect();
+    }
+    let progress: Vec<Progress> = unit
+        .iter()
+        .map(|&i| {
+            let (moved, share) = roles[i].progress();
+            Progress {
+                moved,
+                share,
+                batch: roles[i].step_size(),
+            }
+        })
+        .collect();
+    lockstep_caps(&progress)
+        .into_iter()
+        .zip(unit)
+        .map(|(cap, &i)| roles[i].rollout_capped(cap))
+        .collect()
 }
 
 #[cfg(test)]
@@ -978,10 +1091,10 @@ mod tests {
         // upgradeOrder: role 1 first.
         let sequence = upgrade_sequence(&[2, 1]);
         assert_eq!(sequence, [1, 0]);
-        let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &sequence);
+        let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &sequence, &[]);
         assert!(actions[0].is_empty());
         assert_eq!(actions[1].delete, ["p1"]);
-        let parallel = plan(RoleSetUpdateStrategy::Parallel, &roles, &sequence);
+        let parallel = plan(RoleSetUpdateStrategy::Parallel, &roles, &sequence, &[]);
         assert!(!parallel[0].is_empty() && !parallel[1].is_empty());
     }
 
@@ -1168,7 +1281,7 @@ mod tests {
         ];
         assert_eq!(roles[0].current_step(), (false, 2));
         assert_eq!(roles[1].current_step(), (false, 1));
-        let actions = plan(RoleSetUpdateStrategy::Interleave, &roles, &[0, 1]);
+        let actions = plan(RoleSetUpdateStrategy::Interleave, &roles, &[0, 1], &[]);
         assert!(actions[0].is_empty(), "the faster role waits");
         assert_eq!(
             actions[1].delete.len(),
@@ -1200,7 +1313,7 @@ mod tests {
         ];
         assert_eq!(roles[0].current_step(), (false, 2));
         assert_eq!(roles[1].current_step(), (false, 1));
-        let actions = plan(RoleSetUpdateStrategy::Interleave, &roles, &[0, 1]);
+        let actions = plan(RoleSetUpdateStrategy::Interleave, &roles, &[0, 1], &[]);
         assert!(actions[0].is_empty(), "the faster role waits");
         assert_eq!(actions[1].delete, ["b0"], "the slower role moves one slot");
         assert_eq!(
@@ -1221,7 +1334,7 @@ mod tests {
         };
         let roles = vec![back("router"), back("decode")];
         assert!(roles[0].returning_to_stable());
-        let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &[0, 1]);
+        let actions = plan(RoleSetUpdateStrategy::Sequential, &roles, &[0, 1], &[]);
         assert!(actions[0].is_empty(), "the first in upgrade order waits");
         assert_eq!(
             actions[1].delete,

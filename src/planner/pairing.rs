@@ -1,0 +1,544 @@
+//! Pairing (docs/rollouts.md#pairing): which pods of a RoleSet's pairing groups may serve —
+//! the readiness gate squall sets on them — and the lock-step batches a group's roles roll
+//! out in.
+//!
+//! Pure: the RoleSet planner calls [`gates`] with the pods it observed and the removals it
+//! chose, and [`lockstep_caps`] with its roles' progress.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::ResourceExt;
+
+use crate::api::keys::{
+    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_NAME,
+};
+use crate::api::pod::CachedPod;
+use crate::api::{PairingGroup, RoleSpec};
+
+/// The pairing groups as indexes into `roles` (spec order), each role once; roles a group
+/// names that the RoleSet lacks are left out (admission refuses them).
+pub fn group_indexes(groups: &[PairingGroup], roles: &[&RoleSpec]) -> Vec<Vec<usize>> {
+    groups
+        .iter()
+        .map(|group| {
+            (0..roles.len())
+                .filter(|&i| group.roles.iter().any(|r| *r == roles[i].name))
+                .collect::<Vec<usize>>()
+        })
+        .filter(|group| group.len() > 1)
+        .collect()
+}
+
+/// What pairing reads of the RoleSet's pods of paired roles. Only a pod that has no pairing
+/// condition yet has its spec read (for the gate): squall writes the condition only on
+/// gated pods.
+pub fn paired_pods<'a>(
+    groups: &[PairingGroup],
+    pods: &'a [std::sync::Arc<CachedPod>],
+) -> Vec<PairedPod<'a>> {
+    pods.iter()
+        .filter_map(|pod| {
+            let role = pod.labels().get(LABEL_ROLE_NAME)?;
+            if !groups.iter().any(|g| g.roles.contains(role)) {
+                return None;
+            }
+            let servable = pod
+                .condition(CONDITION_PAIRING_SERVABLE)
+                .map(|s| s == "True");
+            let up = pod.metadata.deletion_timestamp.is_none()
+                && pod
+                    .phase()
+                    .is_none_or(|phase| phase == "Running" || phase == "Pending")
+                && pod.condition("ContainersReady") == Some("True")
+                && !pod
+                    .annotations()
+                    .contains_key(ANNOTATION_IN_PLACE_TARGET_HASH);
+            Some(PairedPod {
+                name: pod.metadata.name.as_deref()?,
+                role,
+                key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
+                up,
+                gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
+                servable,
+            })
+        })
+        .collect()
+}
+
+/// One role's progress in its group's lock-step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Ready pods (slots) on the target template.
+    pub moved: u32,
+    /// Pods (slots) the role moves in the whole rollout.
+    pub share: u32,
+    /// Most pods it moves in one batch (`max(1, maxSurge + maxUnavailable)`).
+    pub batch: u32,
+}
+
+/// Each role's cap of pods on the target template for the batch its group is in.
+///
+/// The group rolls out in `n` batches, as many as its slowest role needs at its batch size;
+/// batch `k < n` caps a role of share `s` at `max(1, ⌊k·s/n⌋)` — every role moves a pod in the
+/// first batch, so the new key serves from it, and keeps an old pod until the last one when
+/// it has two or more, so the old key serves until then — and the last batch at `s`. The
+/// group is in the first batch some role has not completed (counting Ready pods only: a
+/// partner that cannot start holds the group). O(roles): nothing here walks the batches.
+pub fn lockstep_caps(progress: &[Progress]) -> Vec<u32> {
+    let batches = progress
+        .iter()
+        .map(|p| u64::from(p.share.div_ceil(p.batch.max(1))))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let current = progress
+        .iter()
+        .map(|p| completed(p, batches))
+        .min()
+        .map_or(batches, |done| (done + 1).min(batches));
+    progress
+        .iter()
+        .map(|p| share_at(p.share, current, batches))
+        .collect()
+}
+
+/// A role's cap in batch `k` of `n`.
+fn share_at(share: u32, k: u64, n: u64) -> u32 {
+    if share == 0 || k >= n {
+        return share;
+    }
+    let floor = k * u64::from(share) / n;
+    u32::try_from(floor).map_or(share, |f| f.max(1))
+}
+
+/// The last batch a role has completed: the largest `k` with `share_at(k) ≤ moved`.
+fn completed(p: &Progress, n: u64) -> u64 {
+    let (moved, share) = (u64::from(p.moved), u64::from(p.share));
+    if moved >= share {
+        n
+    } else if moved == 0 {
+        0
+    } else {
+        // ⌊k·s/n⌋ ≤ m  ⟺  k < (m + 1)·n / s.
+        ((moved + 1) * n)
+            .div_ceil(share)
+            .saturating_sub(1)
+            .min(n - 1)
+    }
+}
+
+/// What pairing reads of one pod of a paired role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairedPod<'a> {
+    /// Pod name.
+    pub name: &'a str,
+    /// Its role.
+    pub role: &'a str,
+    /// Its pairing key label.
+    pub key: Option<&'a str>,
+    /// Its containers are ready, it is not terminating and no in-place move runs on it.
+    pub up: bool,
+    /// It declares the pairing readiness gate (pods created before their role was paired
+    /// do not, and serve as they did).
+    pub gated: bool,
+    /// The status of its pairing condition; None while absent.
+    pub servable: Option<bool>,
+}
+
+/// The gates of a RoleSet's paired pods (its pods are one routing domain), given the pods
+/// this pass removes — deletes, or moves in place (`going`): the gated pods whose pairing
+/// condition changes, with its new status. A gated pod is servable while it is up, stays, and
+/// every role of its group has an up pod of its key that stays. The controller writes these
+/// before it removes anything, and a False gate with Ready False: the API server orders the
+/// writes, so the endpoints never list a pod whose last partner is already gone.
+pub fn gates(
+    groups: &[PairingGroup],
+    pods: &[PairedPod<'_>],
+    going: &BTreeSet<String>,
+) -> Vec<(String, bool)> {
+    let group_of = |role: &str| {
+        groups
+            .iter()
+            .position(|g| g.roles.iter().any(|r| r == role))
+    };
+    let stays = |p: &PairedPod<'_>| p.up && !going.contains(p.name);
+    // Group and key → roles with an up pod of that key that stays.
+    let mut present: BTreeMap<(usize, &str), BTreeSet<&str>> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| stays(p)) {
+        if let (Some(group), Some(key)) = (group_of(pod.role), pod.key) {
+            present.entry((group, key)).or_default().insert(pod.role);
+        }
+    }
+    let servable = |p: &PairedPod<'_>| {
+        let (Some(group), Some(key)) = (group_of(p.role), p.key) else {
+            return false;
+        };
+        let roles = present.get(&(group, key));
+        stays(p)
+            && groups[group]
+                .roles
+                .iter()
+                .all(|r| roles.is_some_and(|roles| roles.contains(r.as_str())))
+    };
+    pods.iter()
+        .filter(|p| p.gated && group_of(p.role).is_some())
+        .filter_map(|pod| {
+            let wanted = servable(pod);
+            (pod.servable != Some(wanted)).then(|| (pod.name.to_string(), wanted))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn group(roles: &[&str]) -> PairingGroup {
+        PairingGroup {
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+            protocol: None,
+        }
+    }
+
+    fn pod<'a>(name: &'a str, role: &'a str, key: &'a str, up: bool) -> PairedPod<'a> {
+        PairedPod {
+            name,
+            role,
+            key: Some(key),
+            up,
+            gated: true,
+            servable: Some(up),
+        }
+    }
+
+    fn going(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_pod_is_servable_only_with_an_up_partner_of_its_key() {
+        let groups = [group(&["prefill", "decode"])];
+        let mut lone = pod("p-new", "prefill", "new", true);
+        lone.servable = None;
+        let pods = [
+            pod("p-old", "prefill", "old", true),
+            pod("d-old", "decode", "old", true),
+            lone,
+            pod("d-new", "decode", "new", false),
+        ];
+        // The old pair serves on; the new prefill waits for its decode; the starting decode
+        // is not written again (it already says False).
+        assert_eq!(
+            gates(&groups, &pods, &BTreeSet::new()),
+            [("p-new".to_string(), false)]
+        );
+    }
+
+    #[test]
+    fn the_partners_of_a_keys_last_pod_stop_serving_as_it_goes() {
+        let groups = [group(&["prefill", "decode"])];
+        let pods = [
+            pod("p-old", "prefill", "old", true),
+            pod("d-old-1", "decode", "old", true),
+            pod("d-old-2", "decode", "old", true),
+        ];
+        assert_eq!(
+            gates(&groups, &pods, &going(&["p-old"])),
+            [
+                ("p-old".to_string(), false),
+                ("d-old-1".to_string(), false),
+                ("d-old-2".to_string(), false),
+            ]
+        );
+        // A removal that leaves a pod of the key in its role touches only the pod.
+        let pods = [
+            pod("p-1", "prefill", "k", true),
+            pod("p-2", "prefill", "k", true),
+            pod("d-1", "decode", "k", true),
+        ];
+        assert_eq!(
+            gates(&groups, &pods, &going(&["p-1"])),
+            [("p-1".to_string(), false)]
+        );
+    }
+
+    #[test]
+    fn ungated_pods_are_partners_but_never_written() {
+        let groups = [group(&["prefill", "decode"])];
+        let mut legacy = pod("d-legacy", "decode", "k", true);
+        legacy.gated = false;
+        legacy.servable = None;
+        let mut new = pod("p-1", "prefill", "k", true);
+        new.servable = None;
+        assert_eq!(
+            gates(&groups, &[new, legacy], &BTreeSet::new()),
+            [("p-1".to_string(), true)]
+        );
+    }
+
+    #[test]
+    fn the_same_protocol_pairs_across_templates_and_roles_outside_the_group_are_ignored() {
+        let groups = [group(&["prefill", "decode"])];
+        let pods = [
+            pod("p", "prefill", "kv-v2", true),
+            pod("d", "decode", "kv-v2", true),
+            pod("r", "router", "x", true),
+        ];
+        assert!(gates(&groups, &pods, &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn lockstep_moves_every_role_in_the_first_batch_and_the_last_old_pods_in_the_last() {
+        let p = |moved, share| Progress {
+            moved,
+            share,
+            batch: 1,
+        };
+        // Prefill 2, decode 8: eight batches; prefill keeps an old pod until the eighth.
+        assert_eq!(lockstep_caps(&[p(0, 2), p(0, 8)]), [1, 1]);
+        assert_eq!(lockstep_caps(&[p(1, 2), p(1, 8)]), [1, 2]);
+        assert_eq!(lockstep_caps(&[p(1, 2), p(7, 8)]), [2, 8]);
+        // A role that has not caught up holds the other.
+        assert_eq!(lockstep_caps(&[p(0, 2), p(5, 8)]), [1, 1]);
+        assert_eq!(lockstep_caps(&[p(2, 2), p(8, 8)]), [2, 8]);
+    }
+
+    /// A RoleSet's paired roles rolled out pass by pass against a model kubelet: Ready is
+    /// `ContainersReady` and every gate, containers start in an order the test draws.
+    mod rollout {
+        use super::*;
+        use crate::api::RoleSetUpdateStrategy;
+        use crate::api::budget::{Budget, resolve_fenceposts};
+        use crate::planner::roleset::in_place::PendingReason;
+        use crate::planner::roleset::roles::{PodView, RoleInput, plan, upgrade_sequence};
+
+        #[derive(Clone, Debug)]
+        struct Pod {
+            name: String,
+            role: usize,
+            hash: &'static str,
+            containers_ready: bool,
+            servable: Option<bool>,
+            ready: bool,
+            moving: bool,
+            created: i64,
+        }
+
+        #[derive(Clone, Debug)]
+        struct Role {
+            desired: u32,
+            surge: u32,
+            unavailable: u32,
+            in_place: bool,
+        }
+
+        const ROLES: [&str; 3] = ["prefill", "decode", "router"];
+
+        fn inputs(roles: &[Role], pods: &[Pod]) -> Vec<RoleInput> {
+            roles
+                .iter()
+                .enumerate()
+                .map(|(i, role)| RoleInput {
+                    name: ROLES[i].into(),
+                    desired: role.desired,
+                    budgets: resolve_fenceposts(
+                        Some(Budget::Count(role.surge)),
+                        Some(Budget::Count(role.unavailable)),
+                        role.desired,
+                    ),
+                    target_hash: "new".into(),
+                    pods: pods
+                        .iter()
+                        .filter(|p| p.role == i)
+                        .map(|p| PodView {
+                            name: p.name.clone(),
+                            hash: p.hash.into(),
+                            running: true,
+                            terminating: false,
+                            ready: p.ready,
+                            created: p.created,
+                            slot: None,
+                            in_place_target: p.moving.then(|| "new".into()),
+                            in_place_pending: (p.moving && !p.containers_ready)
+                                .then_some(PendingReason::ContainerNotReady),
+                        })
+                        .collect(),
+                    in_place: role.in_place,
+                    ..RoleInput::default()
+                })
+                .collect()
+        }
+
+        fn paired<'a>(pods: &'a [Pod], group: usize) -> Vec<PairedPod<'a>> {
+            pods.iter()
+                .filter(|p| p.role < group)
+                .map(|p| PairedPod {
+                    name: &p.name,
+                    role: ROLES[p.role],
+                    key: Some(p.hash),
+                    up: p.containers_ready && !p.moving,
+                    gated: true,
+                    servable: p.servable,
+                })
+                .collect()
+        }
+
+        /// Every Ready pod of the group has a Ready pod of its key in every role of it.
+        fn partnered(pods: &[Pod], group: usize) -> Result<(), String> {
+            for pod in pods.iter().filter(|p| p.ready && p.role < group) {
+                for (role, name) in ROLES.iter().enumerate().take(group) {
+                    if !pods
+                        .iter()
+                        .any(|q| q.role == role && q.ready && q.hash == pod.hash)
+                    {
+                        return Err(format!("{} serves {} without a {name}", pod.name, pod.hash));
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn arb_role() -> impl Strategy<Value = Role> {
+            // An in-place role moves Ready pods within maxUnavailable only (surge adds none).
+            (1u32..6, 0u32..3, 0u32..3, any::<bool>()).prop_map(
+                |(desired, surge, unavailable, in_place)| Role {
+                    desired,
+                    surge,
+                    unavailable: if in_place {
+                        unavailable.max(1)
+                    } else {
+                        unavailable
+                    },
+                    in_place,
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// docs/rollouts.md#pairing: whatever the group's sizes, ratios, budgets and
+            /// strategy, and whichever containers start first, no pod serves without a
+            /// partner of its key, no role exceeds `desired + maxSurge`, gate writes are
+            /// idempotent, and the rollout completes.
+            #[test]
+            fn a_paired_rollout_never_serves_unpartnered_and_completes(
+                roles in prop::collection::vec(arb_role(), 2..4),
+                group in 2usize..4,
+                strategy in prop::sample::select(vec![
+                    RoleSetUpdateStrategy::Sequential,
+                    RoleSetUpdateStrategy::Parallel,
+                    RoleSetUpdateStrategy::Interleave,
+                ]),
+                starts in prop::collection::vec(any::<u16>(), 64),
+            ) {
+                let group = group.min(roles.len());
+                let groups = [PairingGroup {
+                    roles: ROLES[..group].iter().map(|r| r.to_string()).collect(),
+                    protocol: None,
+                }];
+                let indexes = [(0..group).collect::<Vec<usize>>()];
+                let sequence = upgrade_sequence(&vec![0; roles.len()]);
+                let mut pods: Vec<Pod> = Vec::new();
+                let mut serial = 0;
+                for (i, role) in roles.iter().enumerate() {
+                    for _ in 0..role.desired {
+                        serial += 1;
+                        pods.push(Pod { name: format!("{}-{serial}", ROLES[i]), role: i, hash: "old",
+                            containers_ready: true, servable: Some(true), ready: true, moving: false,
+                            created: 0 });
+                    }
+                }
+                let mut done = false;
+                for pass in 0..400usize {
+                    let actions = plan(strategy, &inputs(&roles, &pods), &sequence, &indexes);
+                    let going: BTreeSet<String> = actions.iter()
+                        .flat_map(|a| a.delete.iter().chain(&a.in_place_start)).cloned().collect();
+                    for (name, servable) in &gates(&groups, &paired(&pods, group), &going) {
+                        let pod = pods.iter_mut().find(|p| &p.name == name).unwrap();
+                        pod.servable = Some(*servable);
+                        pod.ready &= *servable;
+                    }
+                    prop_assert!(gates(&groups, &paired(&pods, group), &going).is_empty(),
+                        "gate writes are not idempotent");
+                    partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, gates: {e}")))?;
+                    for (i, action) in actions.iter().enumerate() {
+                        pods.retain(|p| !action.delete.contains(&p.name));
+                        for name in &action.in_place_start {
+                            let pod = pods.iter_mut().find(|p| &p.name == name).unwrap();
+                            pod.moving = true;
+                            pod.containers_ready = false;
+                            pod.ready = false;
+                        }
+                        for name in &action.in_place_complete {
+                            let pod = pods.iter_mut().find(|p| &p.name == name).unwrap();
+                            pod.moving = false;
+                            pod.hash = "new";
+                        }
+                        for _ in 0..action.creates() {
+                            serial += 1;
+                            pods.push(Pod { name: format!("{}-{serial}", ROLES[i]), role: i, hash: "new",
+                                containers_ready: false, servable: None, ready: false, moving: false,
+                                created: pass as i64 + 1 });
+                        }
+                        let present = pods.iter().filter(|p| p.role == i).count() as u32;
+                        prop_assert!(present <= roles[i].desired + roles[i].surge,
+                            "role {} has {present} pods", ROLES[i]);
+                    }
+                    partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, writes: {e}")))?;
+                    // The kubelet: some containers start, and Ready follows the gates.
+                    let draw = starts[pass % starts.len()];
+                    for (n, pod) in pods.iter_mut().enumerate() {
+                        if !pod.containers_ready && (draw >> (n % 16)) & 1 == 1 || pass % 7 == 6 {
+                            pod.containers_ready = true;
+                        }
+                        let gated = pod.role < group;
+                        pod.ready = pod.containers_ready && !pod.moving
+                            && (!gated || pod.servable == Some(true));
+                    }
+                    partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, kubelet: {e}")))?;
+                    let finished = roles.iter().enumerate().all(|(i, role)| {
+                        let of: Vec<&Pod> = pods.iter().filter(|p| p.role == i).collect();
+                        of.len() as u32 == role.desired && of.iter().all(|p| p.hash == "new" && p.ready)
+                    });
+                    if finished {
+                        done = true;
+                        break;
+                    }
+                }
+                prop_assert!(done, "the rollout did not complete: {pods:?}");
+            }
+        }
+    }
+
+    proptest! {
+        /// Caps never exceed a share, never shrink as roles progress, move no role by more
+        /// than its batch, give every role a pod in the first batch, and reach every share
+        /// once every role is done.
+        #[test]
+        fn lockstep_caps_are_monotone_and_complete(
+            shares in prop::collection::vec((1u32..40, 1u32..5), 2..4),
+            fraction in 0u32..=100,
+        ) {
+            let progress = |f: u32| -> Vec<Progress> {
+                shares.iter().map(|&(share, batch)| Progress {
+                    moved: share * f / 100,
+                    share,
+                    batch,
+                }).collect()
+            };
+            let caps = lockstep_caps(&progress(fraction));
+            let later = lockstep_caps(&progress((fraction + 10).min(100)));
+            for ((cap, later), &(share, batch)) in caps.iter().zip(&later).zip(&shares) {
+                prop_assert!(*cap <= share && *cap >= 1);
+                prop_assert!(later >= cap, "caps shrank: {caps:?} then {later:?}");
+                let moved = share * fraction / 100;
+                prop_assert!(cap.saturating_sub(moved) <= batch,
+                    "a batch moves {} of share {share}, batch {batch}", cap - moved);
+            }
+            prop_assert_eq!(lockstep_caps(&progress(100)),
+                shares.iter().map(|s| s.0).collect::<Vec<_>>());
+            prop_assert!(lockstep_caps(&progress(0)).iter().all(|&c| c >= 1));
+        }
+    }
+}
