@@ -58,6 +58,7 @@ pub fn paired_pods<'a>(
                 role,
                 key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
                 up,
+                ready: pod.metadata.deletion_timestamp.is_none() && pod.ready(),
                 gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
                 servable,
             })
@@ -78,8 +79,9 @@ pub struct Progress {
 
 /// Each role's cap of pods on the target template for the batch its group is in.
 ///
-/// The group rolls out in `n` batches, as many as its slowest role needs at its batch size;
-/// batch `k < n` caps a role of share `s` at `max(1, ⌊k·s/n⌋)` — every role moves a pod in the
+/// The group rolls out in `n` batches, as many as its slowest role needs at its batch size
+/// and at least two when a role moves two pods or more (so that role keeps an old pod for the
+/// old key while its first new one starts); batch `k < n` caps a role of share `s` at `max(1, ⌊k·s/n⌋)` — every role moves a pod in the
 /// first batch, so the new key serves from it, and keeps an old pod until the last one when
 /// it has two or more, so the old key serves until then — and the last batch at `s`. The
 /// group is in the first batch some role has not completed (counting Ready pods only: a
@@ -90,7 +92,11 @@ pub fn lockstep_caps(progress: &[Progress]) -> Vec<u32> {
         .map(|p| u64::from(p.share.div_ceil(p.batch.max(1))))
         .max()
         .unwrap_or(1)
-        .max(1);
+        .max(if progress.iter().any(|p| p.share > 1) {
+            2
+        } else {
+            1
+        });
     let current = progress
         .iter()
         .map(|p| completed(p, batches))
@@ -138,6 +144,8 @@ pub struct PairedPod<'a> {
     pub key: Option<&'a str>,
     /// Its containers are ready, it is not terminating and no in-place move runs on it.
     pub up: bool,
+    /// It is Ready (serving) and not terminating.
+    pub ready: bool,
     /// It declares the pairing readiness gate (pods created before their role was paired
     /// do not, and serve as they did).
     pub gated: bool,
@@ -145,48 +153,180 @@ pub struct PairedPod<'a> {
     pub servable: Option<bool>,
 }
 
-/// The gates of a RoleSet's paired pods (its pods are one routing domain), given the pods
-/// this pass removes — deletes, or moves in place (`going`): the gated pods whose pairing
-/// condition changes, with its new status. A gated pod is servable while it is up, stays, and
-/// every role of its group has an up pod of its key that stays. The controller writes these
-/// before it removes anything, and a False gate with Ready False: the API server orders the
-/// writes, so the endpoints never list a pod whose last partner is already gone.
-pub fn gates(
-    groups: &[PairingGroup],
-    pods: &[PairedPod<'_>],
-    going: &BTreeSet<String>,
-) -> Vec<(String, bool)> {
-    let group_of = |role: &str| {
-        groups
-            .iter()
-            .position(|g| g.roles.iter().any(|r| r == role))
-    };
-    let stays = |p: &PairedPod<'_>| p.up && !going.contains(p.name);
-    // Group and key → roles with an up pod of that key that stays.
-    let mut present: BTreeMap<(usize, &str), BTreeSet<&str>> = BTreeMap::new();
-    for pod in pods.iter().filter(|p| stays(p)) {
-        if let (Some(group), Some(key)) = (group_of(pod.role), pod.key) {
-            present.entry((group, key)).or_default().insert(pod.role);
+/// Which pods of a routing domain serve once the pods in `going` are gone: a gated pod is
+/// servable while it is up, stays, and every role of its group has an up pod of its key that
+/// stays.
+struct Servability<'g> {
+    groups: &'g [PairingGroup],
+    /// Group and key → roles with an up pod of that key that stays.
+    present: BTreeMap<(usize, String), BTreeSet<String>>,
+}
+
+impl<'g> Servability<'g> {
+    fn new(groups: &'g [PairingGroup], pods: &[PairedPod<'_>], going: &BTreeSet<String>) -> Self {
+        let mut present: BTreeMap<(usize, String), BTreeSet<String>> = BTreeMap::new();
+        for pod in pods.iter().filter(|p| stays(p, going)) {
+            if let (Some(group), Some(key)) = (group_of(groups, pod.role), pod.key) {
+                present
+                    .entry((group, key.to_string()))
+                    .or_default()
+                    .insert(pod.role.to_string());
+            }
         }
+        Self { groups, present }
     }
-    let servable = |p: &PairedPod<'_>| {
-        let (Some(group), Some(key)) = (group_of(p.role), p.key) else {
+
+    fn servable(&self, pod: &PairedPod<'_>, going: &BTreeSet<String>) -> bool {
+        stays(pod, going) && self.key_complete(pod)
+    }
+
+    /// Every role of `pod`'s group has an up pod of its key that stays.
+    fn key_complete(&self, pod: &PairedPod<'_>) -> bool {
+        let (Some(group), Some(key)) = (group_of(self.groups, pod.role), pod.key) else {
             return false;
         };
-        let roles = present.get(&(group, key));
-        stays(p)
-            && groups[group]
-                .roles
-                .iter()
-                .all(|r| roles.is_some_and(|roles| roles.contains(r.as_str())))
+        let roles = self.present.get(&(group, key.to_string()));
+        self.groups[group]
+            .roles
+            .iter()
+            .all(|r| roles.is_some_and(|roles| roles.contains(r)))
+    }
+
+    /// `role`'s pods that serve: Ready ones that stay and, when gated, are servable.
+    fn serving(&self, pods: &[PairedPod<'_>], role: &str, going: &BTreeSet<String>) -> u32 {
+        pods.iter()
+            .filter(|p| p.role == role && p.ready && !going.contains(p.name))
+            .filter(|p| !p.gated || self.servable(p, going))
+            .count() as u32
+    }
+}
+
+fn group_of(groups: &[PairingGroup], role: &str) -> Option<usize> {
+    groups
+        .iter()
+        .position(|g| g.roles.iter().any(|r| r == role))
+}
+
+fn stays(pod: &PairedPod<'_>, going: &BTreeSet<String>) -> bool {
+    pod.up && !going.contains(pod.name)
+}
+
+/// What pairing makes of a pass's removals.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PairingPass {
+    /// Removals held back this pass: they would end a key, leaving a partner role serving
+    /// fewer pods than its floor.
+    pub withheld: BTreeSet<String>,
+    /// Gated pods whose pairing condition changes, with its new status.
+    pub gates: Vec<(String, bool)>,
+}
+
+/// Pairing's part of a RoleSet's pass (its pods are one routing domain), given the removals
+/// the roles chose — `deletes` and moves in place (`moves`) — and each paired role's floor of
+/// serving pods (`desired − maxUnavailable`). A pod deleted now gets a gate write only when
+/// its key stops serving with it.
+///
+/// Budgets count serving pods: the key's last pod of a role takes its partners out of
+/// service, so the removals that would end a key wait (all of them: the key is kept whole)
+/// while that would leave a partner role below its floor (or below what its own removals
+/// leave) — unless a role of them has no pod of another key and creates none (`creating`
+/// names the roles that do), when waiting could never end (a one-pod role without surge;
+/// docs/rollouts.md#pairing). Then the gates:
+/// written before anything is removed, a False gate with Ready False, so the API server's
+/// order keeps the endpoints from listing a pod whose last partner is already gone.
+pub fn pass(
+    groups: &[PairingGroup],
+    pods: &[PairedPod<'_>],
+    deletes: &[String],
+    moves: &[String],
+    creating: &BTreeSet<String>,
+    floors: &BTreeMap<String, u32>,
+) -> PairingPass {
+    let mut going: BTreeSet<String> = deletes.iter().chain(moves).cloned().collect();
+    let mut withheld = BTreeSet::new();
+    let floor = |role: &str| {
+        let own: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| p.role == role && going.contains(p.name))
+            .map(|p| p.name.to_string())
+            .collect();
+        let left = Servability::new(groups, pods, &own).serving(pods, role, &own);
+        floors.get(role).copied().unwrap_or(0).min(left)
     };
-    pods.iter()
-        .filter(|p| p.gated && group_of(p.role).is_some())
+    let floors: BTreeMap<&str, u32> = floors.keys().map(|r| (r.as_str(), floor(r))).collect();
+    let deficit = |going: &BTreeSet<String>| -> u32 {
+        let servability = Servability::new(groups, pods, going);
+        floors
+            .iter()
+            .map(|(role, floor)| floor.saturating_sub(servability.serving(pods, role, going)))
+            .sum()
+    };
+    let mut short = deficit(&going);
+    // The keys the removals take out of service, each revived whole (one pod of each role
+    // that would lose its last one) when that lifts a partner role back toward its floor.
+    let keys: BTreeSet<(usize, &str)> = pods
+        .iter()
+        .filter(|p| going.contains(p.name))
+        .filter_map(|p| Some((group_of(groups, p.role)?, p.key?)))
+        .collect();
+    for (group, key) in keys {
+        if short == 0 {
+            break;
+        }
+        let of_key =
+            |p: &&PairedPod<'_>| p.key == Some(key) && group_of(groups, p.role) == Some(group);
+        let mut revive: BTreeMap<&str, &PairedPod<'_>> = BTreeMap::new();
+        for pod in pods
+            .iter()
+            .filter(of_key)
+            .filter(|p| p.up && going.contains(p.name))
+        {
+            let keeps_one = pods
+                .iter()
+                .filter(of_key)
+                .any(|p| p.role == pod.role && stays(p, &going));
+            if !keeps_one {
+                revive.insert(pod.role, pod);
+            }
+        }
+        // Waiting ends once the role's pod of another key is up: it needs one, present or
+        // created now (a one-pod role without surge has neither, and goes).
+        let endless = revive.values().any(|pod| {
+            !creating.contains(pod.role)
+                && !pods
+                    .iter()
+                    .any(|p| p.role == pod.role && p.key != pod.key && !going.contains(p.name))
+        });
+        if revive.is_empty() || endless {
+            continue;
+        }
+        let mut trial = going.clone();
+        for pod in revive.values() {
+            trial.remove(pod.name);
+        }
+        let now = deficit(&trial);
+        if now < short {
+            short = now;
+            going = trial;
+            withheld.extend(revive.values().map(|p| p.name.to_string()));
+        }
+    }
+    let servability = Servability::new(groups, pods, &going);
+    let gates = pods
+        .iter()
+        .filter(|p| p.gated && group_of(groups, p.role).is_some())
         .filter_map(|pod| {
-            let wanted = servable(pod);
+            let deleted = going.contains(pod.name) && deletes.iter().any(|d| d == pod.name);
+            // A pod deleted now keeps serving until the API server sees the delete: it needs
+            // its False first only when its key stops serving with it.
+            if deleted && servability.key_complete(pod) {
+                return None;
+            }
+            let wanted = servability.servable(pod, &going);
             (pod.servable != Some(wanted)).then(|| (pod.name.to_string(), wanted))
         })
-        .collect()
+        .collect();
+    PairingPass { withheld, gates }
 }
 
 #[cfg(test)]
@@ -207,13 +347,31 @@ mod tests {
             role,
             key: Some(key),
             up,
+            ready: up,
             gated: true,
             servable: Some(up),
         }
     }
 
-    fn going(names: &[&str]) -> BTreeSet<String> {
+    fn going(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// The gates with `moving` pods moved in place and no floors (nothing withheld).
+    fn gates(
+        groups: &[PairingGroup],
+        pods: &[PairedPod<'_>],
+        moving: &[String],
+    ) -> Vec<(String, bool)> {
+        pass(
+            groups,
+            pods,
+            &[],
+            moving,
+            &BTreeSet::new(),
+            &BTreeMap::new(),
+        )
+        .gates
     }
 
     #[test]
@@ -229,10 +387,7 @@ mod tests {
         ];
         // The old pair serves on; the new prefill waits for its decode; the starting decode
         // is not written again (it already says False).
-        assert_eq!(
-            gates(&groups, &pods, &BTreeSet::new()),
-            [("p-new".to_string(), false)]
-        );
+        assert_eq!(gates(&groups, &pods, &[]), [("p-new".to_string(), false)]);
     }
 
     #[test]
@@ -272,7 +427,7 @@ mod tests {
         let mut new = pod("p-1", "prefill", "k", true);
         new.servable = None;
         assert_eq!(
-            gates(&groups, &[new, legacy], &BTreeSet::new()),
+            gates(&groups, &[new, legacy], &[]),
             [("p-1".to_string(), true)]
         );
     }
@@ -285,7 +440,64 @@ mod tests {
             pod("d", "decode", "kv-v2", true),
             pod("r", "router", "x", true),
         ];
-        assert!(gates(&groups, &pods, &BTreeSet::new()).is_empty());
+        assert!(gates(&groups, &pods, &[]).is_empty());
+    }
+
+    #[test]
+    fn removals_that_end_a_key_wait_together_while_a_partner_needs_its_pods() {
+        let groups = [group(&["prefill", "decode", "router"])];
+        let pods = [
+            pod("p-old", "prefill", "old", true),
+            pod("p-new", "prefill", "new", true),
+            pod("d-old-1", "decode", "old", true),
+            pod("d-old-2", "decode", "old", true),
+            pod("d-new-1", "decode", "new", true),
+            pod("d-new-2", "decode", "new", true),
+            pod("r-old", "router", "old", true),
+            pod("r-new", "router", "new", true),
+        ];
+        let floors: BTreeMap<String, u32> = [("prefill", 1), ("decode", 3), ("router", 1)]
+            .into_iter()
+            .map(|(r, f)| (r.to_string(), f))
+            .collect();
+        // The last batch: each role's old pods go, but decode keeps an old one until its third
+        // new pod serves — and neither the old prefill nor the old router alone keeps it
+        // serving: both wait.
+        let decided = pass(
+            &groups,
+            &pods,
+            &going(&["p-old", "d-old-1", "r-old"]),
+            &[],
+            &BTreeSet::new(),
+            &floors,
+        );
+        assert_eq!(
+            decided.withheld,
+            BTreeSet::from(["p-old".to_string(), "r-old".to_string()])
+        );
+        assert!(decided.gates.is_empty(), "{:?}", decided.gates);
+        // A one-pod role with nothing of the other key, creating nothing, goes: waiting could
+        // not end.
+        let lone = [
+            pod("p-old", "prefill", "old", true),
+            pod("d-old", "decode", "old", true),
+            pod("d-new", "decode", "new", true),
+        ];
+        let floors = BTreeMap::from([("decode".to_string(), 1)]);
+        let pair = [group(&["prefill", "decode"])];
+        let decided = pass(
+            &pair,
+            &lone,
+            &going(&["p-old"]),
+            &[],
+            &BTreeSet::new(),
+            &floors,
+        );
+        assert!(decided.withheld.is_empty());
+        // The same role creating its new pod this pass waits for it instead.
+        let creating = BTreeSet::from(["prefill".to_string()]);
+        let decided = pass(&pair, &lone, &going(&["p-old"]), &[], &creating, &floors);
+        assert_eq!(decided.withheld, BTreeSet::from(["p-old".to_string()]));
     }
 
     #[test]
@@ -378,6 +590,7 @@ mod tests {
                     role: ROLES[p.role],
                     key: Some(p.hash),
                     up: p.containers_ready && !p.moving,
+                    ready: p.ready,
                     gated: true,
                     servable: p.servable,
                 })
@@ -449,17 +662,32 @@ mod tests {
                             created: 0 });
                     }
                 }
+                let unavoidable = roles[..group].iter()
+                    .any(|r| r.desired == 1 && (r.surge == 0 || r.in_place));
                 let mut done = false;
                 for pass in 0..400usize {
-                    let actions = plan(strategy, &inputs(&roles, &pods), &sequence, &indexes);
-                    let going: BTreeSet<String> = actions.iter()
-                        .flat_map(|a| a.delete.iter().chain(&a.in_place_start)).cloned().collect();
-                    for (name, servable) in &gates(&groups, &paired(&pods, group), &going) {
+                    let inputs = inputs(&roles, &pods);
+                    let mut actions = plan(strategy, &inputs, &sequence, &indexes);
+                    let floors: BTreeMap<String, u32> = inputs[..group].iter()
+                        .map(|r| (r.name.clone(), r.desired.saturating_sub(r.budgets.max_unavailable)))
+                        .collect();
+                    let deletes: Vec<String> = actions.iter().flat_map(|a| a.delete.clone()).collect();
+                    let moves: Vec<String> = actions.iter().flat_map(|a| a.in_place_start.clone()).collect();
+                    let creating: BTreeSet<String> = actions.iter().zip(&inputs)
+                        .filter(|(a, _)| a.creates() > 0).map(|(_, r)| r.name.clone()).collect();
+                    let decided = super::pass(&groups, &paired(&pods, group), &deletes, &moves, &creating, &floors);
+                    for action in &mut actions {
+                        action.delete.retain(|n| !decided.withheld.contains(n));
+                        action.in_place_start.retain(|n| !decided.withheld.contains(n));
+                    }
+                    for (name, servable) in &decided.gates {
                         let pod = pods.iter_mut().find(|p| &p.name == name).unwrap();
                         pod.servable = Some(*servable);
                         pod.ready &= *servable;
                     }
-                    prop_assert!(gates(&groups, &paired(&pods, group), &going).is_empty(),
+                    let deletes: Vec<String> = actions.iter().flat_map(|a| a.delete.clone()).collect();
+                    let moves: Vec<String> = actions.iter().flat_map(|a| a.in_place_start.clone()).collect();
+                    prop_assert!(super::pass(&groups, &paired(&pods, group), &deletes, &moves, &creating, &floors).gates.is_empty(),
                         "gate writes are not idempotent");
                     partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, gates: {e}")))?;
                     for (i, action) in actions.iter().enumerate() {
@@ -486,6 +714,16 @@ mod tests {
                             "role {} has {present} pods", ROLES[i]);
                     }
                     partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, writes: {e}")))?;
+                    // Budgets count serving pods — but a one-pod role without surge cannot move
+                    // without taking its partners out of service for a while.
+                    if !unavoidable {
+                        for (i, input) in inputs[..group].iter().enumerate() {
+                            let floor = &floors[&input.name];
+                            let serving = pods.iter().filter(|p| p.role == i && p.ready).count() as u32;
+                            prop_assert!(serving >= *floor,
+                                "pass {pass}: {} serves {serving} pods, its floor is {floor}: {pods:?}", input.name);
+                        }
+                    }
                     // The kubelet: some containers start, and Ready follows the gates.
                     let draw = starts[pass % starts.len()];
                     for (n, pod) in pods.iter_mut().enumerate() {

@@ -38,7 +38,7 @@ use crate::api::keys::{
 use crate::api::{
     PairingGroup, PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
 };
-use crate::planner::pairing::{gates, group_indexes, paired_pods};
+use crate::planner::pairing::{self, group_indexes, paired_pods};
 use crate::planner::podgroup::Gang;
 use adoption::{adopt, stale_revision_labels};
 use children::{
@@ -269,9 +269,9 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     }
     let pairing = roleset.spec.pairing.as_deref().unwrap_or_default();
     let groups = group_indexes(pairing, &specs);
-    let actions = plan(strategy, &pass.inputs, &sequence, &groups);
+    let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
     if !groups.is_empty() {
-        pass.gates = pairing_gates(pairing, input_pods, &actions);
+        pass.gates = pair_removals(pairing, input_pods, &pass.inputs, &mut actions);
     }
     for ((((role, input), stable), action), adopted) in specs
         .iter()
@@ -314,23 +314,48 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass
 }
 
-/// The pairing gates of this pass (docs/rollouts.md#pairing), the pods `actions` delete or
-/// move in place counted gone — but none of a pod deleted now.
-fn pairing_gates(
+/// Pairing's part of the pass (docs/rollouts.md#pairing): holds back the removals in
+/// `actions` that would leave a partner role serving below its floor, and returns the gates.
+fn pair_removals(
     groups: &[PairingGroup],
     pods: &[Arc<CachedPod>],
-    actions: &[RoleAction],
+    roles: &[RoleInput],
+    actions: &mut [RoleAction],
 ) -> Vec<(String, bool)> {
-    let going: BTreeSet<String> = actions
+    let deletes: Vec<String> = actions.iter().flat_map(|a| a.delete.clone()).collect();
+    let moves: Vec<String> = actions
         .iter()
-        .flat_map(|a| a.delete.iter().chain(&a.in_place_start))
-        .cloned()
+        .flat_map(|a| a.in_place_start.clone())
         .collect();
-    let deleted: BTreeSet<&String> = actions.iter().flat_map(|a| &a.delete).collect();
-    gates(groups, &paired_pods(groups, pods), &going)
-        .into_iter()
-        .filter(|(name, _)| !deleted.contains(name))
-        .collect()
+    let floors: BTreeMap<String, u32> = roles
+        .iter()
+        .filter(|r| groups.iter().any(|g| g.roles.contains(&r.name)))
+        .map(|r| {
+            let floor = r.desired.saturating_sub(r.budgets.max_unavailable);
+            (r.name.clone(), floor)
+        })
+        .collect();
+    let creating: BTreeSet<String> = actions
+        .iter()
+        .zip(roles)
+        .filter(|(action, _)| action.creates() > 0)
+        .map(|(_, role)| role.name.clone())
+        .collect();
+    let decided = pairing::pass(
+        groups,
+        &paired_pods(groups, pods),
+        &deletes,
+        &moves,
+        &creating,
+        &floors,
+    );
+    for action in actions.iter_mut() {
+        action.delete.retain(|n| !decided.withheld.contains(n));
+        action
+            .in_place_start
+            .retain(|n| !decided.withheld.contains(n));
+    }
+    decided.gates
 }
 
 /// A role's stable template (a pooled canary's, from its stable revision), as its pods

@@ -289,6 +289,14 @@ impl RoleInput {
         action
     }
 
+    /// Whether `action` deletes a pod on another template than the target: a scale that trims
+    /// a rollout's surplus of old pods.
+    fn trims_outdated(&self, action: &RoleAction) -> bool {
+        self.pods
+            .iter()
+            .any(|p| p.hash != self.target_hash && action.delete.contains(&p.name))
+    }
+
     /// Rollout (`Recreate`): replace pods on an old template, deleting not-Ready ones at
     /// once and Ready ones only while more than `desired - maxUnavailable` stay Ready, and
     /// creating within `desired + maxSurge`.
@@ -846,8 +854,20 @@ pub fn plan(
     sequence: &[usize],
     groups: &[Vec<usize>],
 ) -> Vec<RoleAction> {
-    let scale: Vec<RoleAction> = roles.iter().map(RoleInput::scale).collect();
+    let mut scale: Vec<RoleAction> = roles.iter().map(RoleInput::scale).collect();
     if scale.iter().any(|a| !a.is_empty()) {
+        // A paired role's surplus of old pods may wait for its partners' old pods (pairing
+        // keeps a key's last pod while a partner role needs it to serve): the group's other
+        // roles keep moving meanwhile, or neither would ever go.
+        for group in groups {
+            if group.iter().any(|&i| roles[i].trims_outdated(&scale[i])) {
+                for (&i, action) in group.iter().zip(lockstep(roles, group)) {
+                    if scale[i].is_empty() {
+                        scale[i] = action;
+                    }
+                }
+            }
+        }
         return scale;
     }
     let group_of = |i: usize| groups.iter().find(|g| g.contains(&i));
