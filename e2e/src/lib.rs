@@ -26,6 +26,7 @@ pub mod process;
 pub mod prometheus;
 mod recorder;
 pub mod roles;
+pub mod serving;
 mod shared;
 pub mod tenant;
 
@@ -42,7 +43,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-pub use recorder::{Observed, Recorder};
+pub use recorder::{Observed, Recorder, TimedObservation};
 pub use shared::{documents, shared_dir, workspace_root};
 
 /// A client for the cluster in `KUBECONFIG`.

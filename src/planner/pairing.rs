@@ -312,19 +312,34 @@ pub fn pass(
         }
     }
     let servability = Servability::new(groups, pods, &going);
-    let gates = pods
+    let mut gates: Vec<(usize, String, bool)> = pods
         .iter()
-        .filter(|p| p.gated && group_of(groups, p.role).is_some())
+        .filter(|p| p.gated)
         .filter_map(|pod| {
+            let group = group_of(groups, pod.role)?;
+            let position = groups[group].roles.iter().position(|r| r == pod.role)?;
             let deleted = going.contains(pod.name) && deletes.iter().any(|d| d == pod.name);
             // A pod deleted now keeps serving until the API server sees the delete: it needs
             // its False first only when its key stops serving with it.
             if deleted && servability.key_complete(pod) {
                 return None;
             }
-            let wanted = servability.servable(pod, &going);
-            (pod.servable != Some(wanted)).then(|| (pod.name.to_string(), wanted))
+            // A role opens once the next role of the group serves the key: a key's pods
+            // start serving from the group's last role to its first.
+            let next_serves = groups[group].roles.get(position + 1).is_none_or(|next| {
+                pods.iter()
+                    .any(|q| q.role == next && q.key == pod.key && q.ready && stays(q, &going))
+            });
+            let wanted = servability.servable(pod, &going) && next_serves;
+            (pod.servable != Some(wanted)).then(|| (position, pod.name.to_string(), wanted))
         })
+        .collect();
+    // ...and stop from its first to its last: the controller writes in this order, and the
+    // API server keeps it, so a pod of a role never serves without the later roles' pods.
+    gates.sort_by_key(|(position, _, wanted)| (*wanted, *position));
+    let gates = gates
+        .into_iter()
+        .map(|(_, name, wanted)| (name, wanted))
         .collect();
     PairingPass { withheld, gates }
 }
@@ -441,6 +456,37 @@ mod tests {
             pod("r", "router", "x", true),
         ];
         assert!(gates(&groups, &pods, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_key_opens_from_the_groups_last_role_and_closes_from_its_first() {
+        let groups = [group(&["prefill", "decode"])];
+        let starting = |name, role| PairedPod {
+            ready: false,
+            servable: Some(false),
+            ..pod(name, role, "new", true)
+        };
+        // Both new pods are up: decode opens; prefill waits until decode serves.
+        let pods = [starting("p", "prefill"), starting("d", "decode")];
+        assert_eq!(gates(&groups, &pods, &[]), [("d".to_string(), true)]);
+        let pods = [
+            starting("p", "prefill"),
+            PairedPod {
+                ready: true,
+                servable: Some(true),
+                ..starting("d", "decode")
+            },
+        ];
+        assert_eq!(gates(&groups, &pods, &[]), [("p".to_string(), true)]);
+        // The key ends (both move in place): prefill closes first, whatever the pods' order.
+        let pods = [
+            pod("d", "decode", "old", true),
+            pod("p", "prefill", "old", true),
+        ];
+        assert_eq!(
+            gates(&groups, &pods, &going(&["d", "p"])),
+            [("p".to_string(), false), ("d".to_string(), false)]
+        );
     }
 
     #[test]
@@ -597,14 +643,18 @@ mod tests {
                 .collect()
         }
 
-        /// Every Ready pod of the group has a Ready pod of its key in every role of it.
+        /// Every Ready pod of the group has a Ready pod of its key in every later role of it,
+        /// and in every earlier role one that is Ready or up (opening after it: a key's pods
+        /// start serving from the group's last role to its first).
         fn partnered(pods: &[Pod], group: usize) -> Result<(), String> {
             for pod in pods.iter().filter(|p| p.ready && p.role < group) {
                 for (role, name) in ROLES.iter().enumerate().take(group) {
-                    if !pods
-                        .iter()
-                        .any(|q| q.role == role && q.ready && q.hash == pod.hash)
-                    {
+                    let partner = |q: &Pod| {
+                        q.role == role
+                            && q.hash == pod.hash
+                            && (q.ready || role < pod.role && q.containers_ready && !q.moving)
+                    };
+                    if role != pod.role && !pods.iter().any(partner) {
                         return Err(format!("{} serves {} without a {name}", pod.name, pod.hash));
                     }
                 }

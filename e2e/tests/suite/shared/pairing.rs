@@ -1,19 +1,26 @@
-//! Pairing keys (docs/rollouts.md#pairing) on the local control plane (shared operator): the
+//! Pairing (docs/rollouts.md#pairing) on the local control plane (shared operator): the
 //! pods of a pairing group's roles carry one key, a change to a role outside the group keeps
 //! it, and a change to a role of the group gives the whole group a new key — the unchanged
-//! role's pods without a restart.
+//! role's pods without a restart. Rollouts of paired roles, watched through the headless
+//! Service's EndpointSlices at every observed state: a serving pod always has a partner of its
+//! version, the old version serves whole until the new one does, the budgets hold — and the
+//! same rollouts without `pairing` mix versions, so the check can fail.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use e2e::roles::{role_of, roleset, settled};
-use e2e::{TestNamespace, client, install_crds, wait_for, wait_for_all};
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
+use e2e::roles::{
+    assert_pod_budgets, replay, role_of, roleset, settled, stormservice, stormservice_settled,
+};
+use e2e::serving::{Replayed, version_of};
+use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
-use squall::api::RoleSet;
-use squall::api::keys::LABEL_PAIRING_KEY;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use squall::api::keys::{CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY};
+use squall::api::{RoleSet, StormService};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -154,4 +161,351 @@ async fn a_pairing_groups_pods_share_a_key_that_follows_the_groups_templates_onl
         (first["prefill"].0.clone(), Some(new_key)),
         "prefill's pod takes the new key without a restart"
     );
+}
+
+/// The paired roles of the rollout tests.
+const GROUP: [&str; 2] = ["prefill", "decode"];
+
+/// A StormService `name` with `replicas`, `strategy` and `roles` (every one on `engine:1`),
+/// prefill and decode paired when `paired`, its RoleSets rolling roles `Sequential`ly.
+fn paired_service(
+    name: &str,
+    replicas: i32,
+    strategy: Value,
+    roles: &[(&str, i32)],
+    paired: bool,
+) -> StormService {
+    let mut ss = serde_json::to_value(stormservice(name, replicas, strategy, roles)).unwrap();
+    let spec = &mut ss["spec"]["template"]["spec"];
+    spec["updateStrategy"] = json!("Sequential");
+    if paired {
+        spec["pairing"] = json!([{"roles": GROUP}]);
+    }
+    serde_json::from_value(ss).unwrap()
+}
+
+/// A rollout watched from its template change on: the pods and the EndpointSlices.
+struct Watched {
+    pods: Api<Pod>,
+    slices: Api<EndpointSlice>,
+    pod_recorder: Recorder<Pod>,
+    slice_recorder: Recorder<EndpointSlice>,
+    since: Instant,
+}
+
+impl Watched {
+    /// Creates `ss` in a new namespace, waits until it is Ready and its `pod_count` pods serve,
+    /// and starts watching.
+    async fn start(
+        client: &Client,
+        prefix: &str,
+        ss: &StormService,
+        pod_count: usize,
+    ) -> (TestNamespace, Self) {
+        let ns = TestNamespace::create(client, prefix).await;
+        let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+        api.create(&PostParams::default(), ss).await.unwrap();
+        let name = ss.name_any();
+        wait_for(
+            &api,
+            &name,
+            &format!("{prefix}: {name} Ready"),
+            TIMEOUT,
+            |ss| stormservice_settled(ss, Some(1)),
+        )
+        .await
+        .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns.name());
+        // The endpoints list every pod before the rollout starts (the initial state judged).
+        wait_for_all(
+            &slices,
+            &format!("{prefix}: the endpoints serve every pod"),
+            TIMEOUT,
+            |all| {
+                let serving: usize = all
+                    .iter()
+                    .flat_map(|s| &s.endpoints)
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.serving) == Some(true))
+                    .count();
+                serving == pod_count
+            },
+        )
+        .await
+        .unwrap();
+        let pod_recorder = Recorder::start(pods.clone()).await;
+        let slice_recorder = Recorder::start(slices.clone()).await;
+        pod_recorder.catch_up(&pods).await;
+        slice_recorder.catch_up(&slices).await;
+        let since = Instant::now();
+        (
+            ns,
+            Self {
+                pods,
+                slices,
+                pod_recorder,
+                slice_recorder,
+                since,
+            },
+        )
+    }
+
+    /// Replays what was observed (after catching up with the lists), checking the pod
+    /// budgets of `roles` (role, replicas) with `max_surge` and `max_unavailable` at every
+    /// pod state on the way.
+    async fn replay(
+        &self,
+        service: &str,
+        roles: &[(&str, i32)],
+        max_surge: i32,
+        max_unavailable: i32,
+    ) -> Replayed {
+        self.pod_recorder.catch_up(&self.pods).await;
+        self.slice_recorder.catch_up(&self.slices).await;
+        let pod_events = self.pod_recorder.timed_events();
+        let start = pod_events
+            .iter()
+            .take_while(|(t, _)| *t < self.since)
+            .count();
+        let events: Vec<_> = pod_events.iter().map(|(_, e)| e.clone()).collect();
+        replay(&events, start, |i, state| {
+            assert_pod_budgets(i, state, roles, max_surge, max_unavailable)
+        });
+        e2e::serving::replay(
+            &pod_events,
+            &self.slice_recorder.timed_events(),
+            service,
+            &GROUP,
+            self.since,
+        )
+    }
+}
+
+/// Changes prefill's and decode's images (roles 1 and 2 of the template) to `engine:2`.
+async fn roll_engine(api: &Api<StormService>, name: &str) {
+    let ops: Vec<Value> = (1..=2)
+        .map(|role| {
+            json!({"op": "replace",
+            "path": format!("/spec/template/spec/roles/{role}/template/spec/containers/0/image"),
+            "value": "engine:2"})
+        })
+        .collect();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(Value::Array(ops)).unwrap()),
+    )
+    .await
+    .unwrap();
+}
+
+/// A rollout with pairing: no violation, both versions served whole in order, one key per
+/// version.
+fn assert_paired(what: &str, replayed: &Replayed) {
+    assert!(replayed.states > 0, "{what}: no slice state observed");
+    if let Some(violation) = &replayed.violation {
+        panic!("{what}: {violation}");
+    }
+    assert_eq!(
+        replayed.served_whole,
+        ["engine:1", "engine:2"],
+        "{what}: the old version serves whole, then the new one"
+    );
+    let keys: Vec<&String> = replayed.keys.values().flatten().collect();
+    assert!(
+        replayed.keys.values().all(|k| k.len() == 1) && keys[0] != keys[1],
+        "{what}: one key per version: {:?}",
+        replayed.keys
+    );
+}
+
+/// Runs the same rollout of `roles` with and without pairing, side by side, and returns both
+/// replays: (paired, unpaired).
+async fn with_and_without_pairing(
+    prefix: &str,
+    replicas: i32,
+    strategy: Value,
+    roles: &[(&str, i32)],
+    budgets: (i32, i32),
+) -> (Replayed, Replayed) {
+    let client = client().await;
+    let run = |paired: bool| {
+        let client = client.clone();
+        let strategy = strategy.clone();
+        async move {
+            let prefix = format!("{prefix}-{}", if paired { "paired" } else { "unpaired" });
+            let ss = paired_service("llm", replicas, strategy, roles, paired);
+            let pod_count = (replicas * roles.iter().map(|(_, n)| n).sum::<i32>()) as usize;
+            let (ns, watched) = Watched::start(&client, &prefix, &ss, pod_count).await;
+            let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+            roll_engine(&api, "llm").await;
+            wait_for(
+                &api,
+                "llm",
+                &format!("{prefix}: rolled out"),
+                TIMEOUT,
+                |ss| stormservice_settled(ss, Some(2)),
+            )
+            .await
+            .unwrap();
+            // Settled: every pod serves the new version.
+            wait_for_all(
+                &watched.pods,
+                &format!("{prefix}: every pod on engine:2"),
+                TIMEOUT,
+                |pods| {
+                    pods.iter()
+                        .filter(|p| GROUP.contains(&role_of(p).as_str()))
+                        .all(|p| version_of(p) == "engine:2" && e2e::roles::is_ready(p))
+                },
+            )
+            .await
+            .unwrap();
+            watched.replay("llm", roles, budgets.0, budgets.1).await
+        }
+    };
+    tokio::join!(run(true), run(false))
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_pooled_rollout_in_sequential_order_serves_each_version_whole() {
+    install_crds();
+    // Pooled: one RoleSet whose roles are pools, moved in place; the role defaults are
+    // maxSurge 0, maxUnavailable 1.
+    let roles = [("router", 1), ("prefill", 3), ("decode", 3)];
+    let (paired, unpaired) = with_and_without_pairing(
+        "pairpooled",
+        1,
+        json!({"type": "InPlaceUpdate"}),
+        &roles,
+        (0, 1),
+    )
+    .await;
+    assert_paired("pooled, paired", &paired);
+    assert!(
+        unpaired.violation.is_some(),
+        "without pairing the same rollout mixes versions: {unpaired:?}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_replica_mode_in_place_update_serves_each_version_whole_per_roleset() {
+    install_crds();
+    // Two RoleSets updated in place: each one is a routing domain that rolls its roles one
+    // after the other.
+    let roles = [("router", 1), ("prefill", 2), ("decode", 2)];
+    let strategy = json!({"type": "InPlaceUpdate"});
+    let (paired, unpaired) =
+        with_and_without_pairing("pairreplica", 2, strategy, &roles, (0, 1)).await;
+    assert_paired("replica mode, paired", &paired);
+    assert!(
+        unpaired.violation.is_some(),
+        "without pairing the same rollout mixes versions: {unpaired:?}"
+    );
+}
+
+/// The serving endpoints of `slices`: (pod name, serving).
+fn endpoint_serving(slices: &[EndpointSlice], pod: &str) -> Option<bool> {
+    slices
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .find(|e| e.target_ref.as_ref().and_then(|t| t.name.as_deref()) == Some(pod))
+        .map(|e| e.conditions.as_ref().and_then(|c| c.serving) == Some(true))
+}
+
+async fn set_gate(pods: &Api<Pod>, name: &str, status: &str) {
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [
+            {"type": CONDITION_PAIRING_SERVABLE, "status": status}]}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn the_e2e_kubelet_keeps_a_pod_with_a_false_gate_out_of_the_endpoints() {
+    // What the rollout tests rely on: kwok computes Ready as a kubelet does, from
+    // ContainersReady and every readiness gate, and the endpoint controller follows Ready.
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "pairgate").await;
+    let services: Api<Service> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns.name());
+    // Like a StormService's: headless, publishing pods that are not Ready (so a pod's place
+    // in the endpoints is its `serving` condition).
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "gated"},
+                "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
+                    "selector": {"app": "gated"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "gated", "labels": {"app": "gated"}},
+            "spec": {"readinessGates": [{"conditionType": CONDITION_PAIRING_SERVABLE}],
+                "containers": [{"name": "engine", "image": "engine:1"}]}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let condition = |pod: Option<&Pod>, type_: &str| {
+        pod.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == type_))
+            .map(|c| c.status.clone())
+    };
+    let listed_not_serving = |what: &str| {
+        let slices = slices.clone();
+        let what = what.to_string();
+        async move {
+            wait_for_all(&slices, &what, TIMEOUT, |all| {
+                endpoint_serving(all, "gated") == Some(false)
+            })
+            .await
+            .unwrap();
+        }
+    };
+    wait_for(
+        &pods,
+        "gated",
+        "containers ready, the gate unset: not Ready",
+        TIMEOUT,
+        |p| {
+            condition(p, "ContainersReady").as_deref() == Some("True")
+                && condition(p, "Ready").as_deref() != Some("True")
+        },
+    )
+    .await
+    .unwrap();
+    listed_not_serving("the pod listed, not serving").await;
+    set_gate(&pods, "gated", "True").await;
+    wait_for(&pods, "gated", "the gate True: Ready", TIMEOUT, |p| {
+        condition(p, "Ready").as_deref() == Some("True")
+    })
+    .await
+    .unwrap();
+    wait_for_all(&slices, "the pod serving", TIMEOUT, |all| {
+        endpoint_serving(all, "gated") == Some(true)
+    })
+    .await
+    .unwrap();
+    set_gate(&pods, "gated", "False").await;
+    wait_for(&pods, "gated", "the gate False: not Ready", TIMEOUT, |p| {
+        condition(p, "Ready").as_deref() == Some("False")
+            && condition(p, "ContainersReady").as_deref() == Some("True")
+    })
+    .await
+    .unwrap();
+    listed_not_serving("the pod out of service").await;
 }
