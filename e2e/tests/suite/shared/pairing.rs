@@ -9,8 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use e2e::operator::squall_bin;
 use e2e::roles::{
-    assert_pod_budgets, replay, role_of, roleset, settled, stormservice, stormservice_settled,
+    assert_pod_budgets, is_ready, replay, role_of, roleset, settled, stormservice,
+    stormservice_settled,
 };
 use e2e::serving::{Replayed, version_of};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
@@ -319,8 +321,63 @@ fn assert_paired(what: &str, replayed: &Replayed) {
     );
 }
 
+/// Waits for a canary's manual pause (step 3 of [`CANARY_STEPS`]) with both versions
+/// running, then promotes it with `squall promote`.
+async fn promote_at_the_manual_pause(
+    api: &Api<StormService>,
+    pods: &Api<Pod>,
+    namespace: &str,
+    prefix: &str,
+) {
+    wait_for(
+        api,
+        "llm",
+        &format!("{prefix}: the manual pause"),
+        TIMEOUT,
+        |ss| {
+            ss.and_then(|s| s.status.as_ref())
+                .and_then(|s| s.canary_status.as_ref())
+                .is_some_and(|c| c.current_step == 3)
+        },
+    )
+    .await
+    .unwrap();
+    // 50 %: half of each paired role on the new version, every pod Ready or waiting.
+    wait_for_all(
+        pods,
+        &format!("{prefix}: half on engine:2"),
+        TIMEOUT,
+        |pods| {
+            GROUP.iter().all(|role| {
+                let of: Vec<&Pod> = pods
+                    .iter()
+                    .filter(|p| role_of(p) == *role && p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                of.len() == 4
+                    && of.iter().filter(|p| version_of(p) == "engine:2").count() == 2
+                    && of.iter().all(|p| is_ready(p))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let out = std::process::Command::new(squall_bin())
+        .args(["promote", "llm", "-n", namespace])
+        .output()
+        .expect("squall runs");
+    assert!(
+        out.status.success(),
+        "{prefix}: squall promote: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A pooled canary's steps: 25 %, a timed pause, 50 %, a manual pause, 100 %.
+const CANARY_STEPS: &str = r#"[{"setWeight": 25}, {"pause": {"duration": "2s"}},
+    {"setWeight": 50}, {"pause": {}}, {"setWeight": 100}]"#;
+
 /// Runs the same rollout of `roles` with and without pairing, side by side, and returns both
-/// replays: (paired, unpaired).
+/// replays: (paired, unpaired). A `canary` is promoted at its manual pause.
 async fn with_and_without_pairing(
     prefix: &str,
     replicas: i32,
@@ -328,6 +385,7 @@ async fn with_and_without_pairing(
     roles: &[(&str, i32)],
     budgets: (i32, i32),
 ) -> (Replayed, Replayed) {
+    let canary = strategy.get("canary").is_some();
     let client = client().await;
     let run = |paired: bool| {
         let client = client.clone();
@@ -339,6 +397,9 @@ async fn with_and_without_pairing(
             let (ns, watched) = Watched::start(&client, &prefix, &ss, pod_count).await;
             let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
             roll_engine(&api, "llm").await;
+            if canary {
+                promote_at_the_manual_pause(&api, &watched.pods, ns.name(), &prefix).await;
+            }
             wait_for(
                 &api,
                 "llm",
@@ -356,7 +417,7 @@ async fn with_and_without_pairing(
                 |pods| {
                     pods.iter()
                         .filter(|p| GROUP.contains(&role_of(p).as_str()))
-                        .all(|p| version_of(p) == "engine:2" && e2e::roles::is_ready(p))
+                        .all(|p| version_of(p) == "engine:2" && is_ready(p))
                 },
             )
             .await
@@ -508,4 +569,25 @@ async fn the_e2e_kubelet_keeps_a_pod_with_a_false_gate_out_of_the_endpoints() {
     .await
     .unwrap();
     listed_not_serving("the pod out of service").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_pooled_canary_serves_each_version_whole_at_every_step() {
+    install_crds();
+    let roles = [("router", 1), ("prefill", 4), ("decode", 4)];
+    let steps: Value = serde_json::from_str(CANARY_STEPS).unwrap();
+    let (paired, unpaired) = with_and_without_pairing(
+        "paircanary",
+        1,
+        json!({"type": "InPlaceUpdate", "canary": {"steps": steps}}),
+        &roles,
+        (0, 1),
+    )
+    .await;
+    assert_paired("pooled canary, paired", &paired);
+    assert!(
+        unpaired.violation.is_some(),
+        "without pairing the same canary mixes versions: {unpaired:?}"
+    );
 }
