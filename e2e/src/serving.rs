@@ -76,6 +76,8 @@ pub struct Replayed {
     pub violation: Option<String>,
     /// Per version, the pairing keys its pods carried.
     pub keys: BTreeMap<String, BTreeSet<String>>,
+    /// Per pod: its version and how often its pairing condition changed.
+    pub gate_changes: BTreeMap<String, (String, usize)>,
     /// One line per event: the pod or the serving endpoints it showed (for the message).
     pub timeline: Vec<String>,
 }
@@ -137,6 +139,21 @@ pub fn replay(
         replayed
             .timeline
             .push(format!("{i}: {}", describe(&event, service)));
+        if let Event::Pod(Observed::Applied(pod)) = event
+            && at >= since
+        {
+            let gate = condition(pod, CONDITION_PAIRING_SERVABLE);
+            let before = pod_state
+                .get(&pod.name_any())
+                .and_then(|p: &Pod| condition(p, CONDITION_PAIRING_SERVABLE));
+            let entry = replayed
+                .gate_changes
+                .entry(pod.name_any())
+                .or_insert((version_of(pod), 0));
+            if gate.is_some() && gate != before {
+                entry.1 += 1;
+            }
+        }
         match event {
             Event::Pod(e) => e.apply_to(&mut pod_state),
             Event::Slice(e) => e.apply_to(&mut slice_state),

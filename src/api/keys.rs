@@ -78,6 +78,11 @@ pub const CONDITION_SERVICE_CONFLICT: &str = "ServiceConflict";
 /// when one failed (the message names it and its value), Unknown when one is inconclusive.
 pub const CONDITION_CANARY_ANALYSIS: &str = "CanaryAnalysis";
 
+/// Whether every pairing key that has a pod up has one up in each role of its group (a
+/// RoleSet's condition, with `pairing`): False names the role a key waits for — a partner
+/// that cannot start holds the group's rollout (docs/rollouts.md#the-status-of-a-group).
+pub const CONDITION_PAIRED: &str = "Paired";
+
 /// Pairing key of a paired role's pods and PodSets (docs/rollouts.md#pairing): pods with
 /// the same key serve together. squall's own, as no AIBrix controller pairs pods.
 pub const LABEL_PAIRING_KEY: &str = "pairing.squall.dev/key";

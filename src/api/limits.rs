@@ -21,6 +21,10 @@ pub const MAX_ROLES: usize = 32;
 /// Most pairing groups per RoleSet: each names at least two roles and a role is in at most
 /// one, so a RoleSet of [`MAX_ROLES`] roles has at most half as many groups.
 pub const MAX_PAIRING_GROUPS: usize = MAX_ROLES / 2;
+/// Most pairing keys a status reports (keys sorted by name): a rollout has two live (the
+/// old and the new), a third while a rollout is overtaken by another; more come only from
+/// pods a tenant relabels by hand, which must not grow the status without bound.
+pub const MAX_PAIRING_KEYS_REPORTED: usize = 16;
 /// Longest label value (Kubernetes' limit): a pairing `protocol` becomes one.
 pub const MAX_LABEL_VALUE_LEN: usize = 63;
 /// Most containers (and, separately, init containers) in a role's pod template: far above

@@ -195,9 +195,48 @@ pub struct RoleSetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = super::limits::MAX_ROLES))]
     pub roles: Option<Vec<RoleStatus>>,
-    /// Conditions: `Ready`, `Progressing`, `ReplicaFailure`.
+    /// Conditions: `Ready`, `Progressing`, `ReplicaFailure`, and `Paired` when roles are
+    /// paired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,
+    /// What each pairing key serves, by role of its group (absent without `pairing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_PAIRING_KEYS_REPORTED))]
+    pub pairing: Option<Vec<PairingKeyStatus>>,
+}
+
+/// What one pairing key serves: per RoleSet, or summed over a StormService's RoleSets
+/// (docs/rollouts.md#the-status-of-a-group).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
+pub struct PairingKeyStatus {
+    /// The key: the `pairing.squall.dev/key` label of its pods.
+    pub key: String,
+    /// The group's roles, in the group's order.
+    #[schemars(length(max = super::limits::MAX_ROLES))]
+    pub roles: Vec<PairedRoleStatus>,
+    /// How far the key's serving pods are from the spec's ratio: the pods the group's
+    /// slowest role is short of the most advanced role's share of its replicas (the most
+    /// over a StormService's RoleSets). A rollout's lock-step batches keep it within one
+    /// batch.
+    #[serde(default)]
+    pub skew: i32,
+}
+
+/// One role's pods of a pairing key.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = super::common::without_property_defaults)]
+pub struct PairedRoleStatus {
+    /// Role name.
+    pub name: String,
+    /// Live pods of the role with the key.
+    #[serde(default)]
+    pub pods: i32,
+    /// Those that serve (Ready: their containers ready and their key complete).
+    #[serde(default)]
+    pub serving: i32,
 }
 
 impl RoleSpec {

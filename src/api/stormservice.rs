@@ -282,6 +282,11 @@ pub struct StormServiceStatus {
     /// State of the canary rollout, when one is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary_status: Option<CanaryStatus>,
+    /// What each pairing key serves, by role, summed over the RoleSets (absent without
+    /// `pairing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = super::limits::MAX_PAIRING_KEYS_REPORTED))]
+    pub pairing: Option<Vec<super::PairingKeyStatus>>,
 }
 
 /// State of a canary rollout (docs/rollouts.md#status).

@@ -468,7 +468,47 @@ pub fn render(service: &StormService) -> String {
             role.updated_ready_replicas
         );
     }
+    serving_lines(&mut out, &status);
     out
+}
+
+/// What each pairing key serves, by role, and what a waiting key waits for.
+fn serving_lines(out: &mut String, status: &crate::api::StormServiceStatus) {
+    use std::fmt::Write as _;
+    let Some(keys) = status.pairing.as_ref() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "{:<20} {:<16} {:>7} {:>5} {:>5}",
+        "PAIRING-KEY", "ROLE", "SERVING", "PODS", "SKEW"
+    );
+    for key in keys {
+        for (i, role) in key.roles.iter().enumerate() {
+            let (name, skew) = if i == 0 {
+                (key.key.as_str(), key.skew.to_string())
+            } else {
+                ("", String::new())
+            };
+            let _ = writeln!(
+                out,
+                "{name:<20} {:<16} {:>7} {:>5} {skew:>5}",
+                role.name, role.serving, role.pods
+            );
+        }
+    }
+    let waiting = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == crate::api::keys::CONDITION_PAIRED && c.status == "False");
+    if let Some(waiting) = waiting {
+        let _ = writeln!(
+            out,
+            "pairing waits: {}",
+            waiting.message.as_deref().unwrap_or_default()
+        );
+    }
 }
 
 /// An analysis and its metrics' last measurements, for `squall status`.
@@ -573,6 +613,57 @@ mod tests {
         );
         assert!(
             table.lines().last().unwrap().starts_with("decode"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("PAIRING-KEY"),
+            "no pairing, no table: {table}"
+        );
+    }
+
+    #[test]
+    fn the_status_table_shows_what_each_pairing_key_serves_and_what_it_waits_for() {
+        let service: StormService = serde_json::from_value(json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "StormService",
+            "metadata": {"name": "llm", "namespace": "team"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "llm"}},
+                "template": {"spec": {"roles": []}},
+            },
+            "status": {
+                "conditions": [{"type": "Paired", "status": "False", "reason": "NoPartner",
+                    "message": "RoleSet llm-0: key new waits for role decode (none of its 1 pods up)"}],
+                "pairing": [
+                    {"key": "new", "skew": 0, "roles": [
+                        {"name": "prefill", "pods": 1, "serving": 0},
+                        {"name": "decode", "pods": 1, "serving": 0}]},
+                    {"key": "old", "skew": 1, "roles": [
+                        {"name": "prefill", "pods": 2, "serving": 2},
+                        {"name": "decode", "pods": 3, "serving": 1}]},
+                ],
+            },
+        }))
+        .unwrap();
+        let table = render(&service);
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("PAIRING-KEY"))
+            .skip(1)
+            .take(4)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec!["new", "prefill", "0", "1", "0"],
+                vec!["decode", "0", "1"],
+                vec!["old", "prefill", "2", "2", "1"],
+                vec!["decode", "1", "3"],
+            ],
+            "{table}"
+        );
+        assert!(
+            table.contains("pairing waits: RoleSet llm-0: key new waits for role decode"),
             "{table}"
         );
     }

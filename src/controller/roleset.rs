@@ -41,11 +41,10 @@ use crate::planner::requeue;
 use crate::planner::roleset::adoption::relabel_patch;
 use crate::planner::roleset::children::role_children;
 use crate::planner::roleset::in_place::complete_patch;
-use crate::planner::roleset::roles::RoleInput;
 use crate::planner::roleset::status::{
     Failure, Obstacles, ROLESET_COUNTERS, failure, roleset_status, roleset_status_unwritten,
 };
-use crate::planner::roleset::{NewChild, PassInput, Pending, RoleWrites, decide};
+use crate::planner::roleset::{NewChild, Pass, PassInput, Pending, RoleWrites, decide};
 use crate::planner::status::Reason;
 
 impl Owner for RoleSet {
@@ -77,7 +76,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     if let Some(message) = ctx.invalid_spec(roleset, |roleset| validate_roleset(roleset, None)) {
         let failure = Failure::ReconcileError(format!("invalid spec: {message}"));
         return Ok(
-            match write_status(roleset, ctx, &[], Some(failure), now).await? {
+            match write_status(roleset, ctx, &Pass::default(), Some(failure), now).await? {
                 Some(wait) => Action::requeue(wait),
                 None => Action::await_change(),
             },
@@ -263,7 +262,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         )
         .await;
     }
-    let wait = write_status(roleset, ctx, &pass.inputs, failure, now).await?;
+    let wait = write_status(roleset, ctx, &pass, failure, now).await?;
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
@@ -288,13 +287,18 @@ fn named<K: Resource>(sent: &K, created: Created<K>) -> Result<String, String> {
 async fn write_status(
     roleset: &RoleSet,
     ctx: &Context,
-    inputs: &[RoleInput],
+    pass: &Pass,
     failure: Option<Failure>,
     now: Timestamp,
 ) -> Result<Option<Duration>, Error> {
     let stored = roleset.status.as_ref();
-    let status = roleset_status(roleset.metadata.generation, inputs, failure, stored, now);
-    let unwritten = roleset_status_unwritten(roleset.metadata.generation, inputs);
+    let (generation, inputs, paired) = (
+        roleset.metadata.generation,
+        &pass.inputs,
+        pass.pairing.as_ref(),
+    );
+    let status = roleset_status(generation, inputs, failure, paired, stored, now);
+    let unwritten = roleset_status_unwritten(generation, inputs, paired.is_some());
     ctx.status
         .write(
             roleset,

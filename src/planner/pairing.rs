@@ -2,8 +2,8 @@
 //! the readiness gate squall sets on them — and the lock-step batches a group's roles roll
 //! out in.
 //!
-//! Pure: the RoleSet planner calls [`gates`] with the pods it observed and the removals it
-//! chose, and [`lockstep_caps`] with its roles' progress.
+//! Pure: the RoleSet planner calls [`pass`] with the pods it observed and the removals it
+//! chose, [`lockstep_caps`] with its roles' progress, and [`report`] for the status.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,8 +12,9 @@ use kube::ResourceExt;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_NAME,
 };
+use crate::api::limits::MAX_PAIRING_KEYS_REPORTED;
 use crate::api::pod::CachedPod;
-use crate::api::{PairingGroup, RoleSpec};
+use crate::api::{PairedRoleStatus, PairingGroup, PairingKeyStatus, RoleSpec};
 
 /// The pairing groups as indexes into `roles` (spec order), each role once; roles a group
 /// names that the RoleSet lacks are left out (admission refuses them).
@@ -29,7 +30,7 @@ pub fn group_indexes(groups: &[PairingGroup], roles: &[&RoleSpec]) -> Vec<Vec<us
         .collect()
 }
 
-/// What pairing reads of the RoleSet's pods of paired roles. Only a pod that has no pairing
+/// What pairing reads of the RoleSet's live pods of paired roles. Only a pod that has no pairing
 /// condition yet has its spec read (for the gate): squall writes the condition only on
 /// gated pods.
 pub fn paired_pods<'a>(
@@ -39,16 +40,19 @@ pub fn paired_pods<'a>(
     pods.iter()
         .filter_map(|pod| {
             let role = pod.labels().get(LABEL_ROLE_NAME)?;
-            if !groups.iter().any(|g| g.roles.contains(role)) {
+            // A terminating pod serves no more (its endpoint says so): nothing to decide or
+            // write for it.
+            if pod.metadata.deletion_timestamp.is_some()
+                || !groups.iter().any(|g| g.roles.contains(role))
+            {
                 return None;
             }
             let servable = pod
                 .condition(CONDITION_PAIRING_SERVABLE)
                 .map(|s| s == "True");
-            let up = pod.metadata.deletion_timestamp.is_none()
-                && pod
-                    .phase()
-                    .is_none_or(|phase| phase == "Running" || phase == "Pending")
+            let up = pod
+                .phase()
+                .is_none_or(|phase| phase == "Running" || phase == "Pending")
                 && pod.condition("ContainersReady") == Some("True")
                 && !pod
                     .annotations()
@@ -58,7 +62,7 @@ pub fn paired_pods<'a>(
                 role,
                 key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
                 up,
-                ready: pod.metadata.deletion_timestamp.is_none() && pod.ready(),
+                ready: pod.ready(),
                 gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
                 servable,
             })
@@ -331,7 +335,10 @@ pub fn pass(
                     .any(|q| q.role == next && q.key == pod.key && q.ready && stays(q, &going))
             });
             let wanted = servability.servable(pod, &going) && next_serves;
-            (pod.servable != Some(wanted)).then(|| (position, pod.name.to_string(), wanted))
+            // A gate without its condition holds the pod out of Ready already (as a kubelet
+            // reads it): a new pod gets its first write when it may serve.
+            (pod.servable.unwrap_or(false) != wanted)
+                .then(|| (position, pod.name.to_string(), wanted))
         })
         .collect();
     // ...and stop from its first to its last: the controller writes in this order, and the
@@ -342,6 +349,111 @@ pub fn pass(
         .map(|(_, name, wanted)| (name, wanted))
         .collect();
     PairingPass { withheld, gates }
+}
+
+/// What a routing domain's keys serve, for its status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PairingReport {
+    /// Per key (sorted, at most [`MAX_PAIRING_KEYS_REPORTED`]): its pods and serving pods by
+    /// role of its group, and its skew.
+    pub keys: Vec<PairingKeyStatus>,
+    /// Keys with a pod up that wait for a role with none up: what they wait for.
+    pub waiting: Vec<String>,
+}
+
+/// One role's pods of a key.
+#[derive(Clone, Copy, Debug, Default)]
+struct RoleCount {
+    live: u32,
+    up: u32,
+    serving: u32,
+}
+
+/// What each key serves in a routing domain, and which keys wait for a role, from the pods
+/// observed (a pod serves when Ready) and each role's `desired` replicas (the spec's ratio).
+pub fn report(
+    groups: &[PairingGroup],
+    pods: &[PairedPod<'_>],
+    desired: &BTreeMap<String, u32>,
+) -> PairingReport {
+    let mut counts: BTreeMap<(&str, usize), Vec<RoleCount>> = BTreeMap::new();
+    for pod in pods {
+        let (Some(group), Some(key)) = (group_of(groups, pod.role), pod.key) else {
+            continue;
+        };
+        let roles = &groups[group].roles;
+        let Some(position) = roles.iter().position(|r| r == pod.role) else {
+            continue;
+        };
+        let entry = &mut counts
+            .entry((key, group))
+            .or_insert_with(|| vec![RoleCount::default(); roles.len()])[position];
+        entry.live += 1;
+        entry.up += u32::from(pod.up);
+        entry.serving += u32::from(pod.ready);
+    }
+    let mut report = PairingReport::default();
+    for ((key, group), roles) in counts {
+        let names = &groups[group].roles;
+        // A key being rolled to waits for a role whose pods of it are not up; a key whose
+        // last pods of a role are gone is an old one winding down.
+        if roles.iter().any(|r| r.up > 0) {
+            for (name, role) in names.iter().zip(&roles) {
+                if role.up == 0 && role.live > 0 {
+                    report.waiting.push(format!(
+                        "key {key} waits for role {name} (none of its {} pods up)",
+                        role.live
+                    ));
+                }
+            }
+        }
+        if report.keys.len() < MAX_PAIRING_KEYS_REPORTED {
+            let wanted: Vec<u32> = names
+                .iter()
+                .map(|name| desired.get(name).copied().unwrap_or(0))
+                .collect();
+            let serving: Vec<u32> = roles.iter().map(|r| r.serving).collect();
+            report.keys.push(PairingKeyStatus {
+                key: key.to_string(),
+                roles: names
+                    .iter()
+                    .zip(&roles)
+                    .map(|(name, role)| PairedRoleStatus {
+                        name: name.clone(),
+                        pods: count(role.live),
+                        serving: count(role.serving),
+                    })
+                    .collect(),
+                skew: count(skew(&serving, &wanted)),
+            });
+        }
+    }
+    report
+}
+
+/// The pods the slowest role is short of the most advanced role's share: with `serving[r]`
+/// of `desired[r]`, the leader is the role of the largest `serving / desired`, and a role is
+/// short of `⌈leader's share · desired[r]⌉ − serving[r]` (roles scaled to zero left out).
+pub fn skew(serving: &[u32], desired: &[u32]) -> u32 {
+    let roles = || serving.iter().zip(desired).filter(|(_, d)| **d > 0);
+    let Some((lead_serving, lead_desired)) = roles()
+        .map(|(s, d)| (u64::from(*s), u64::from(*d)))
+        .max_by(|a, b| (a.0 * b.1).cmp(&(b.0 * a.1)))
+    else {
+        return 0;
+    };
+    roles()
+        .map(|(s, d)| {
+            let share = (lead_serving * u64::from(*d)).div_ceil(lead_desired);
+            share.saturating_sub(u64::from(*s))
+        })
+        .max()
+        .map_or(0, |short| u32::try_from(short).unwrap_or(u32::MAX))
+}
+
+/// A status count (pods are far below `i32::MAX`).
+fn count(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]
@@ -400,9 +512,15 @@ mod tests {
             lone,
             pod("d-new", "decode", "new", false),
         ];
-        // The old pair serves on; the new prefill waits for its decode; the starting decode
-        // is not written again (it already says False).
-        assert_eq!(gates(&groups, &pods, &[]), [("p-new".to_string(), false)]);
+        // The old pair serves on; the new prefill waits for its decode without a write (its
+        // missing condition holds it out already); the starting decode is not written again.
+        assert!(gates(&groups, &pods, &[]).is_empty());
+        let mut serving = pods.clone();
+        serving[2].servable = Some(true);
+        assert_eq!(
+            gates(&groups, &serving, &[]),
+            [("p-new".to_string(), false)]
+        );
     }
 
     #[test]
@@ -564,6 +682,95 @@ mod tests {
 
     /// A RoleSet's paired roles rolled out pass by pass against a model kubelet: Ready is
     /// `ContainersReady` and every gate, containers start in an order the test draws.
+    #[test]
+    fn the_report_counts_each_keys_serving_pods_by_role_and_names_the_role_a_key_waits_for() {
+        let groups = [group(&["prefill", "decode"])];
+        let starting = |name, role| PairedPod {
+            ready: false,
+            servable: None,
+            ..pod(name, role, "new", true)
+        };
+        let stuck = PairedPod {
+            up: false,
+            ..starting("d-new", "decode")
+        };
+        let pods = [
+            pod("p-old-1", "prefill", "old", true),
+            pod("p-old-2", "prefill", "old", true),
+            pod("d-old-1", "decode", "old", true),
+            pod("d-old-2", "decode", "old", false),
+            starting("p-new", "prefill"),
+            stuck,
+            pod("r", "router", "x", true),
+        ];
+        let desired = BTreeMap::from([("prefill".to_string(), 2), ("decode".to_string(), 2)]);
+        let reported = report(&groups, &pods, &desired);
+        let serving = |key: &PairingKeyStatus| -> Vec<(String, i32, i32)> {
+            key.roles
+                .iter()
+                .map(|r| (r.name.clone(), r.pods, r.serving))
+                .collect()
+        };
+        assert_eq!(
+            reported
+                .keys
+                .iter()
+                .map(|k| k.key.as_str())
+                .collect::<Vec<_>>(),
+            ["new", "old"]
+        );
+        assert_eq!(
+            serving(&reported.keys[0]),
+            [("prefill".into(), 1, 0), ("decode".into(), 1, 0)]
+        );
+        assert_eq!(
+            serving(&reported.keys[1]),
+            [("prefill".into(), 2, 2), ("decode".into(), 2, 1)]
+        );
+        assert_eq!((reported.keys[0].skew, reported.keys[1].skew), (0, 1));
+        assert_eq!(
+            reported.waiting,
+            ["key new waits for role decode (none of its 1 pods up)"]
+        );
+        // Once the decode is up, nothing waits; nor does an old key whose last decode is gone.
+        let mut pods = pods;
+        pods[5].up = true;
+        assert!(report(&groups, &pods, &desired).waiting.is_empty());
+        let winding_down = [pods[0].clone(), pods[4].clone(), pods[5].clone()];
+        assert!(report(&groups, &winding_down, &desired).waiting.is_empty());
+    }
+
+    #[test]
+    fn the_skew_is_what_the_slowest_role_lacks_of_the_leaders_share() {
+        // 1 : 3 ratio; prefill serves half its replicas, decode one of six: decode lacks 2.
+        assert_eq!(skew(&[1, 1], &[2, 6]), 2);
+        assert_eq!(skew(&[1, 3], &[2, 6]), 0);
+        assert_eq!(skew(&[2, 1], &[3, 3]), 1);
+        // A role scaled to zero is out of the ratio; nothing serving is no skew.
+        assert_eq!(skew(&[2, 0], &[2, 0]), 0);
+        assert_eq!(skew(&[0, 0], &[3, 3]), 0);
+    }
+
+    proptest! {
+        /// The skew is zero at the spec's exact ratio, and a role that stops serving is
+        /// short of its whole share, never more than its replicas.
+        #[test]
+        fn the_skew_is_zero_at_the_ratio_and_counts_a_roles_missing_share(
+            unit in proptest::collection::vec(1u32..8, 2..5),
+            batches in 1u32..=3,
+            done in 0u32..=3,
+        ) {
+            let done = done.min(batches);
+            let desired: Vec<u32> = unit.iter().map(|u| u * batches).collect();
+            let serving: Vec<u32> = unit.iter().map(|u| u * done).collect();
+            prop_assert_eq!(skew(&serving, &desired), 0);
+            let mut behind = serving.clone();
+            behind[0] = 0;
+            let lacks = skew(&behind, &desired);
+            prop_assert!(lacks >= serving[0] && lacks <= desired[0], "{} of {:?}", lacks, desired);
+        }
+    }
+
     mod rollout {
         use super::*;
         use crate::api::RoleSetUpdateStrategy;

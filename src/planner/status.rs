@@ -159,9 +159,11 @@ pub enum Reason {
     InPlaceUpdating,
     /// A pod runs its new template after an in-place update.
     InPlaceUpdateCompleted,
-    /// Every role of a paired pod's group has a pod of its key whose containers are ready.
+    /// Every role of a paired pod's group has a pod of its key whose containers are ready
+    /// (on a RoleSet: so has every key with a pod up).
     PartnersReady,
-    /// Some role of a paired pod's group has no pod of its key ready to serve with it.
+    /// Some role of a paired pod's group has no pod of its key ready to serve with it (on a
+    /// RoleSet: of some key with a pod up; the message names the role).
     NoPartner,
 }
 

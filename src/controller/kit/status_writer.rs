@@ -240,6 +240,7 @@ mod tests {
                 ..RoleStatus::default()
             }]),
             conditions: Some(Vec::new()),
+            pairing: None,
         }
     }
 

@@ -172,6 +172,8 @@ pub struct Pass {
     /// Paired pods whose pairing condition changes, with its new status (one pods/status
     /// patch each).
     pub gates: Vec<(String, bool)>,
+    /// What the pairing keys serve, when roles are paired (the status reports it).
+    pub pairing: Option<pairing::PairingReport>,
 }
 
 /// The second half: decides the pass.
@@ -272,6 +274,16 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
     if !groups.is_empty() {
         pass.gates = pair_removals(pairing, input_pods, &pass.inputs, &mut actions);
+        let desired = pass
+            .inputs
+            .iter()
+            .map(|r| (r.name.clone(), r.desired))
+            .collect();
+        pass.pairing = Some(pairing::report(
+            pairing,
+            &paired_pods(pairing, input_pods),
+            &desired,
+        ));
     }
     for ((((role, input), stable), action), adopted) in specs
         .iter()

@@ -4,13 +4,14 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::roles::{PodView, RoleInput};
-use crate::api::keys::{CONDITION_READY, CONDITION_REPLICA_FAILURE};
-use crate::api::{RoleSetStatus, RoleStatus};
+use crate::api::keys::{CONDITION_PAIRED, CONDITION_READY, CONDITION_REPLICA_FAILURE};
+use crate::api::{Condition, RoleSetStatus, RoleStatus};
+use crate::planner::pairing::PairingReport;
 
 use crate::planner::status::{ConditionStatus, Reason, condition, keep_transition_times};
 
 /// The pod counters of a RoleSet's status (`roles`): they move with every pod.
-pub const ROLESET_COUNTERS: &[&str] = &["roles"];
+pub const ROLESET_COUNTERS: &[&str] = &["roles", "pairing"];
 
 /// The replica counts of one role, from its observed children: its active pods as the
 /// role's decisions count them (a pod this controller is deleting is no longer one).
@@ -102,10 +103,15 @@ pub fn failure(obstacles: Obstacles) -> Option<Failure> {
 }
 
 /// What a RoleSet without a status means to every reader (the StormService controller, a
-/// `kubectl wait`): nothing Ready yet. A first status that says no more than that may wait
+/// `kubectl wait`): nothing Ready yet (and, when `paired`, no key waiting). A first status that says no more than that may wait
 /// like a count — a RoleSet whose pods turn Ready within [`COALESCE_MAX`](crate::planner::status::COALESCE_MAX) gets one status
 /// write, not two.
-pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -> RoleSetStatus {
+pub fn roleset_status_unwritten(
+    generation: Option<i64>,
+    inputs: &[RoleInput],
+    paired: bool,
+) -> RoleSetStatus {
+    let nothing_up = PairingReport::default();
     let names: Vec<&str> = inputs.iter().map(|input| input.name.as_str()).collect();
     RoleSetStatus {
         observed_generation: generation,
@@ -118,23 +124,54 @@ pub fn roleset_status_unwritten(generation: Option<i64>, inputs: &[RoleInput]) -
                 })
                 .collect(),
         ),
-        conditions: Some(vec![condition(
-            CONDITION_READY,
-            ConditionStatus::False,
-            Reason::RolesNotReady,
-            format!("roles not ready: {}", names.join(", ")),
+        conditions: Some(
+            std::iter::once(condition(
+                CONDITION_READY,
+                ConditionStatus::False,
+                Reason::RolesNotReady,
+                format!("roles not ready: {}", names.join(", ")),
+                generation,
+                Timestamp::UNIX_EPOCH,
+            ))
+            .chain(paired.then(|| paired_condition(&nothing_up, generation, Timestamp::UNIX_EPOCH)))
+            .collect(),
+        ),
+        pairing: paired.then(Vec::new),
+    }
+}
+
+/// `Paired`: False while a key with a pod up waits for a role with none (the message says
+/// which), so a partner that cannot start shows where the group's rollout holds.
+fn paired_condition(report: &PairingReport, generation: Option<i64>, now: Timestamp) -> Condition {
+    if report.waiting.is_empty() {
+        condition(
+            CONDITION_PAIRED,
+            ConditionStatus::True,
+            Reason::PartnersReady,
+            "every pairing key with a pod up has one up in each role of its group".into(),
             generation,
-            Timestamp::UNIX_EPOCH,
-        )]),
+            now,
+        )
+    } else {
+        condition(
+            CONDITION_PAIRED,
+            ConditionStatus::False,
+            Reason::NoPartner,
+            report.waiting.join("; "),
+            generation,
+            now,
+        )
     }
 }
 
 /// The status of a RoleSet at `generation`: per-role counts, `Ready` (and `ReplicaFailure`
-/// when `failure`), with transition times carried over from `stored` when unchanged.
+/// when `failure`; `Paired` and what each key serves when roles are `paired`), with
+/// transition times carried over from `stored` when unchanged.
 pub fn roleset_status(
     generation: Option<i64>,
     inputs: &[RoleInput],
     failure: Option<Failure>,
+    paired: Option<&PairingReport>,
     stored: Option<&RoleSetStatus>,
     now: Timestamp,
 ) -> RoleSetStatus {
@@ -180,6 +217,7 @@ pub fn roleset_status(
             now,
         ));
     }
+    conditions.extend(paired.map(|report| paired_condition(report, generation, now)));
     keep_transition_times(
         &mut conditions,
         stored
@@ -190,12 +228,14 @@ pub fn roleset_status(
         observed_generation: generation,
         roles: Some(inputs.iter().map(role_status).collect()),
         conditions: Some(conditions),
+        pairing: paired.map(|report| report.keys.clone()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{PairedRoleStatus, PairingKeyStatus};
     use crate::planner::status::only_informational_differ;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use proptest::prelude::*;
@@ -226,6 +266,71 @@ mod tests {
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    #[test]
+    fn a_paired_roleset_says_which_role_a_key_waits_for_and_its_keys_counts_may_wait() {
+        let inputs = [role("prefill", 1, vec![pod("new", false, false)])];
+        let key = |serving| PairingKeyStatus {
+            key: "k".into(),
+            roles: vec![PairedRoleStatus {
+                name: "prefill".into(),
+                pods: 1,
+                serving,
+            }],
+            skew: 0,
+        };
+        let nothing_waits = PairingReport {
+            keys: vec![key(0)],
+            waiting: Vec::new(),
+        };
+        let unwritten = roleset_status_unwritten(Some(1), &inputs, true);
+        let first = roleset_status(Some(1), &inputs, None, Some(&nothing_waits), None, at(0));
+        assert!(
+            only_informational_differ(&unwritten, &first, ROLESET_COUNTERS),
+            "a first paired status with no key waiting may wait like a count"
+        );
+        let serving = PairingReport {
+            keys: vec![key(1)],
+            waiting: Vec::new(),
+        };
+        let counted = roleset_status(Some(1), &inputs, None, Some(&serving), Some(&first), at(1));
+        assert_ne!(first.pairing, counted.pairing);
+        assert!(only_informational_differ(
+            &first,
+            &counted,
+            ROLESET_COUNTERS
+        ));
+        let waits = PairingReport {
+            keys: vec![key(0)],
+            waiting: vec!["key k waits for role decode (none of its 2 pods up)".into()],
+        };
+        let held = roleset_status(Some(1), &inputs, None, Some(&waits), Some(&first), at(2));
+        let paired = held
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == CONDITION_PAIRED)
+            .expect("a Paired condition");
+        assert_eq!(
+            (paired.status.as_str(), paired.reason.as_deref()),
+            ("False", Some("NoPartner"))
+        );
+        assert!(paired.message.as_deref().unwrap().contains("role decode"));
+        assert!(
+            !only_informational_differ(&first, &held, ROLESET_COUNTERS),
+            "a key that starts waiting is written at once"
+        );
+        // Without pairing, neither the condition nor the keys appear.
+        let plain = roleset_status(Some(1), &inputs, None, None, None, at(0));
+        assert!(plain.pairing.is_none());
+        assert!(
+            plain
+                .conditions
+                .iter()
+                .flatten()
+                .all(|c| c.type_ != CONDITION_PAIRED)
+        );
     }
 
     #[test]
@@ -267,7 +372,7 @@ mod tests {
             ),
             role("prefill", 1, vec![pod("new", true, false)]),
         ];
-        let status = roleset_status(Some(3), &inputs, None, None, at(0));
+        let status = roleset_status(Some(3), &inputs, None, None, None, at(0));
         let roles = status.roles.unwrap();
         assert_eq!(
             (
@@ -291,7 +396,7 @@ mod tests {
     fn a_failure_is_its_own_condition_and_makes_ready_false() {
         let inputs = [role("decode", 1, vec![pod("new", true, false)])];
         let failure = Some(Failure::FailedCreate("quota".to_string()));
-        let conditions = roleset_status(Some(1), &inputs, failure, None, at(0))
+        let conditions = roleset_status(Some(1), &inputs, failure, None, None, at(0))
             .conditions
             .unwrap();
         assert_eq!(conditions[0].reason.as_deref(), Some("ReplicaFailure"));
@@ -307,11 +412,13 @@ mod tests {
             &[role("decode", 3, pods(false))],
             None,
             None,
+            None,
             at(0),
         );
         let counted = roleset_status(
             Some(1),
             &[role("decode", 3, pods(true))],
+            None,
             None,
             Some(&before),
             at(1),
@@ -327,6 +434,7 @@ mod tests {
             Some(1),
             &[role("decode", 3, all_ready)],
             None,
+            None,
             Some(&before),
             at(1),
         );
@@ -337,6 +445,7 @@ mod tests {
         let next = roleset_status(
             Some(2),
             &[role("decode", 3, pods(false))],
+            None,
             None,
             Some(&before),
             at(1),
@@ -355,14 +464,14 @@ mod tests {
                 role("decode", 1, vec![pod("new", ready, false)]),
             ]
         };
-        let unwritten = roleset_status_unwritten(Some(1), &inputs(false));
-        let starting = roleset_status(Some(1), &inputs(false), None, None, at(5));
+        let unwritten = roleset_status_unwritten(Some(1), &inputs(false), false);
+        let starting = roleset_status(Some(1), &inputs(false), None, None, None, at(5));
         assert!(only_informational_differ(
             &unwritten,
             &starting,
             ROLESET_COUNTERS
         ));
-        let ready = roleset_status(Some(1), &inputs(true), None, None, at(5));
+        let ready = roleset_status(Some(1), &inputs(true), None, None, None, at(5));
         assert!(
             !only_informational_differ(&unwritten, &ready, ROLESET_COUNTERS),
             "Ready is written at once"
@@ -372,6 +481,7 @@ mod tests {
             &inputs(false),
             Some(Failure::FailedCreate("quota".into())),
             None,
+            None,
             at(5),
         );
         assert!(
@@ -379,10 +489,10 @@ mod tests {
             "a failure is written at once"
         );
         let empty = [role("decode", 0, Vec::new())];
-        let nothing_to_wait_for = roleset_status(Some(1), &empty, None, None, at(5));
+        let nothing_to_wait_for = roleset_status(Some(1), &empty, None, None, None, at(5));
         assert!(
             !only_informational_differ(
-                &roleset_status_unwritten(Some(1), &empty),
+                &roleset_status_unwritten(Some(1), &empty, false),
                 &nothing_to_wait_for,
                 ROLESET_COUNTERS
             ),
@@ -398,8 +508,8 @@ mod tests {
                 role("decode", 1, vec![pod("new", false, false)]),
             ]
         };
-        let before = roleset_status(Some(1), &roles(false), None, None, at(0));
-        let after = roleset_status(Some(1), &roles(true), None, Some(&before), at(1));
+        let before = roleset_status(Some(1), &roles(false), None, None, None, at(0));
+        let after = roleset_status(Some(1), &roles(true), None, None, Some(&before), at(1));
         let message = |s: &RoleSetStatus| s.conditions.as_ref().unwrap()[0].message.clone();
         assert_ne!(
             message(&before),
@@ -411,6 +521,7 @@ mod tests {
             Some(1),
             &roles(true),
             Some(Failure::FailedCreate("quota".into())),
+            None,
             Some(&before),
             at(1),
         );
@@ -436,11 +547,11 @@ mod tests {
                 .collect();
             let inputs = [role("decode", desired, views)];
             let failure = || failed.then(|| Failure::FailedCreate("quota".to_string()));
-            let first = roleset_status(Some(2), &inputs, failure(), None, at(0));
-            let again = roleset_status(Some(2), &inputs, failure(), Some(&first), at(later));
+            let first = roleset_status(Some(2), &inputs, failure(), None, None, at(0));
+            let again = roleset_status(Some(2), &inputs, failure(), None, Some(&first), at(later));
             prop_assert_eq!(&again, &first);
             // A condition that flips takes the new time; one that holds keeps its own.
-            let flipped = roleset_status(Some(2), &inputs, (!failed).then(|| Failure::FailedCreate("quota".to_string())), Some(&first), at(later));
+            let flipped = roleset_status(Some(2), &inputs, (!failed).then(|| Failure::FailedCreate("quota".to_string())), None, Some(&first), at(later));
             let ready_before = &first.conditions.as_ref().unwrap()[0];
             let ready_after = &flipped.conditions.as_ref().unwrap()[0];
             if ready_before.status == ready_after.status {

@@ -13,11 +13,14 @@ use kube::ResourceExt;
 use super::canary::{CanaryDecision, needs_stable_revision};
 
 use crate::api::keys::{
-    CONDITION_AVAILABLE, CONDITION_CANARY_ANALYSIS, CONDITION_INVALID_SPEC, CONDITION_PAUSED,
-    CONDITION_PROGRESSING, CONDITION_READY, CONDITION_REPLICA_FAILURE, CONDITION_SERVICE_CONFLICT,
-    LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
+    CONDITION_AVAILABLE, CONDITION_CANARY_ANALYSIS, CONDITION_INVALID_SPEC, CONDITION_PAIRED,
+    CONDITION_PAUSED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_REPLICA_FAILURE,
+    CONDITION_SERVICE_CONFLICT, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
-use crate::api::{CanaryPhase, Condition, RoleSet, RoleStatus, StormService, StormServiceStatus};
+use crate::api::limits::MAX_PAIRING_KEYS_REPORTED;
+use crate::api::{
+    CanaryPhase, Condition, PairingKeyStatus, RoleSet, RoleStatus, StormService, StormServiceStatus,
+};
 
 use crate::planner::status::{ConditionStatus, Reason, Said, condition, keep_transition_times};
 
@@ -30,6 +33,7 @@ pub const STORMSERVICE_COUNTERS: &[&str] = &[
     "currentReplicas",
     "updatedReplicas",
     "updatedReadyReplicas",
+    "pairing",
 ];
 
 /// The `CanaryAnalysis` condition's status, reason and message, while the canary has an
@@ -227,6 +231,15 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
             Said::new(ConditionStatus::True, Reason::NotOwned, message.to_string()),
         ));
     }
+    let paired = service
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .is_some_and(|spec| spec.pairing.as_ref().is_some_and(|g| !g.is_empty()));
+    if paired {
+        conditions.push(new(CONDITION_PAIRED, paired_condition(&counts.active)));
+    }
     let canary_status = input.canary.and_then(|c| c.status.as_ref());
     if let Some(analysis) = analysis_condition(canary_status) {
         conditions.push(new(CONDITION_CANARY_ANALYSIS, analysis));
@@ -241,6 +254,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
         CONDITION_INVALID_SPEC,
         CONDITION_REPLICA_FAILURE,
         CONDITION_SERVICE_CONFLICT,
+        CONDITION_PAIRED,
     ];
     conditions.extend(
         old.conditions
@@ -268,6 +282,7 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
         scaling_target_selector: Some(format!("{LABEL_STORM_SERVICE_NAME}={}", service.name_any())),
         role_statuses: Some(role_statuses(input.rolesets, &input.update_revision)),
         canary_status: canary_status.cloned().or(old.canary_status.clone()),
+        pairing: paired.then(|| pairing_statuses(&counts.active)),
     };
     (status, deadline_in)
 }
@@ -647,6 +662,75 @@ fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>
     })
 }
 
+/// Most RoleSets a `Paired` message names: where one waits for a partner, most do alike.
+const PAIRED_MESSAGE_ROLESETS: usize = 4;
+
+/// `Paired`: False while a RoleSet's key waits for a role (naming the first few RoleSets and
+/// what they wait for: a partner that cannot start holds the rollout), True otherwise.
+fn paired_condition(active: &[&RoleSet]) -> Said {
+    let waiting: Vec<String> = active
+        .iter()
+        .filter_map(|r| {
+            let paired = r
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == CONDITION_PAIRED && c.status == "False")?;
+            Some(format!(
+                "RoleSet {}: {}",
+                r.name_any(),
+                paired.message.clone().unwrap_or_default()
+            ))
+        })
+        .collect();
+    if waiting.is_empty() {
+        return Said::new(
+            ConditionStatus::True,
+            Reason::PartnersReady,
+            "no RoleSet has a pairing key waiting for a role".into(),
+        );
+    }
+    let more = waiting.len().saturating_sub(PAIRED_MESSAGE_ROLESETS);
+    let mut message = waiting[..waiting.len().min(PAIRED_MESSAGE_ROLESETS)].join("; ");
+    if more > 0 {
+        message.push_str(&format!("; and {more} more"));
+    }
+    Said::new(ConditionStatus::False, Reason::NoPartner, message)
+}
+
+/// What each pairing key serves, summed over the RoleSets by key and role (sorted by key,
+/// roles in their groups' order); the skew is the most of any RoleSet's, as each RoleSet is
+/// its own routing domain.
+fn pairing_statuses(active: &[&RoleSet]) -> Vec<PairingKeyStatus> {
+    let mut keys: BTreeMap<String, PairingKeyStatus> = BTreeMap::new();
+    for status in active
+        .iter()
+        .filter_map(|r| r.status.as_ref()?.pairing.as_ref())
+    {
+        for key in status {
+            let sum = keys
+                .entry(key.key.clone())
+                .or_insert_with(|| PairingKeyStatus {
+                    key: key.key.clone(),
+                    ..PairingKeyStatus::default()
+                });
+            sum.skew = sum.skew.max(key.skew);
+            for role in &key.roles {
+                match sum.roles.iter_mut().find(|r| r.name == role.name) {
+                    Some(r) => {
+                        r.pods = r.pods.saturating_add(role.pods);
+                        r.serving = r.serving.saturating_add(role.serving);
+                    }
+                    None => sum.roles.push(role.clone()),
+                }
+            }
+        }
+    }
+    keys.into_values().take(MAX_PAIRING_KEYS_REPORTED).collect()
+}
+
 /// Why replicas are missing, if they are: a RoleSet create the API server refused
 /// (`FailedCreate`), or RoleSets that report their own `ReplicaFailure` (`RoleSetFailure`,
 /// naming them) — the StormService is where users look.
@@ -677,6 +761,7 @@ fn replica_failure(refused: Option<&str>, active: &[&RoleSet]) -> Option<(Reason
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{PairedRoleStatus, PairingGroup};
     use crate::planner::status::only_informational_differ;
     use proptest::prelude::*;
 
@@ -744,6 +829,79 @@ mod tests {
             .flatten()
             .find(|c| c.type_ == type_)
             .unwrap()
+    }
+
+    #[test]
+    fn a_paired_service_sums_its_keys_over_rolesets_and_names_those_that_wait() {
+        let mut service = service(2, false, None);
+        service.spec.template.spec.as_mut().unwrap().pairing = Some(vec![PairingGroup {
+            roles: vec!["prefill".into(), "decode".into()],
+            protocol: None,
+        }]);
+        let paired = |name: &str, serving: [i32; 2], skew: i32, waits: Option<&str>| {
+            let mut r = roleset(name, "new", true);
+            let status = r.status.as_mut().unwrap();
+            status.pairing = Some(vec![PairingKeyStatus {
+                key: "k".into(),
+                roles: ["prefill", "decode"]
+                    .iter()
+                    .zip(serving)
+                    .map(|(role, serving)| PairedRoleStatus {
+                        name: role.to_string(),
+                        pods: 2,
+                        serving,
+                    })
+                    .collect(),
+                skew,
+            }]);
+            if let Some(waits) = waits {
+                status.conditions.as_mut().unwrap().push(Condition {
+                    type_: CONDITION_PAIRED.into(),
+                    status: "False".into(),
+                    reason: Some("NoPartner".into()),
+                    message: Some(waits.into()),
+                    ..Condition::default()
+                });
+            }
+            r
+        };
+        let rolesets = [
+            paired("a", [2, 2], 0, None),
+            paired(
+                "b",
+                [1, 0],
+                1,
+                Some("key k waits for role decode (none of its 2 pods up)"),
+            ),
+        ];
+        let (status, _) = derive(&service, &rolesets, "new", at(0));
+        let keys = status.pairing.as_ref().expect("the keys");
+        assert_eq!(keys.len(), 1);
+        let summed: Vec<(&str, i32, i32)> = keys[0]
+            .roles
+            .iter()
+            .map(|r| (r.name.as_str(), r.pods, r.serving))
+            .collect();
+        assert_eq!(summed, [("prefill", 4, 3), ("decode", 4, 2)]);
+        assert_eq!(keys[0].skew, 1, "the most of any RoleSet's");
+        let waiting = find(&status, CONDITION_PAIRED);
+        assert_eq!(waiting.status, "False");
+        assert_eq!(
+            waiting.message.as_deref(),
+            Some("RoleSet b: key k waits for role decode (none of its 2 pods up)")
+        );
+        let (settled, _) = derive(&service, &[paired("a", [2, 2], 0, None)], "new", at(0));
+        assert_eq!(find(&settled, CONDITION_PAIRED).status, "True");
+        // Without pairing, neither appears.
+        let (plain, _) = derive(&self::service(2, false, None), &rolesets, "new", at(0));
+        assert!(plain.pairing.is_none());
+        assert!(
+            plain
+                .conditions
+                .iter()
+                .flatten()
+                .all(|c| c.type_ != CONDITION_PAIRED)
+        );
     }
 
     #[test]

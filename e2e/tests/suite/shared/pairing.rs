@@ -21,7 +21,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use squall::api::keys::{CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY};
+use squall::api::keys::{CONDITION_PAIRED, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY};
 use squall::api::{RoleSet, StormService};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -313,6 +313,15 @@ fn assert_paired(what: &str, replayed: &Replayed) {
         ["engine:1", "engine:2"],
         "{what}: the old version serves whole, then the new one"
     );
+    // One pods/status write per change: a new pod's gate opens once; an old pod's closes at
+    // most once, when its version stops being served whole.
+    for (pod, (version, changes)) in &replayed.gate_changes {
+        let most = if version == "engine:2" { 1 } else { 2 };
+        assert!(
+            *changes <= most,
+            "{what}: {pod} ({version}) changed its gate {changes} times"
+        );
+    }
     let keys: Vec<&String> = replayed.keys.values().flatten().collect();
     assert!(
         replayed.keys.values().all(|k| k.len() == 1) && keys[0] != keys[1],
@@ -589,5 +598,268 @@ async fn a_pooled_canary_serves_each_version_whole_at_every_step() {
     assert!(
         unpaired.violation.is_some(),
         "without pairing the same canary mixes versions: {unpaired:?}"
+    );
+}
+
+/// The pairing condition of a pod, when it has one.
+fn gate_of(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_PAIRING_SERVABLE)
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_kept_protocol_mixes_versions_and_a_router_change_leaves_the_gates_alone() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "pairprotocol").await;
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client, ns.name());
+    let mut rs = roleset(
+        "rs",
+        &[
+            ("router", 1, None),
+            ("prefill", 2, None),
+            ("decode", 2, None),
+        ],
+        "engine:1",
+    );
+    rs.spec.pairing =
+        serde_json::from_value(json!([{"roles": GROUP, "protocol": "kv-v2"}])).unwrap();
+    rolesets.create(&PostParams::default(), &rs).await.unwrap();
+    wait_for(&rolesets, "rs", "RoleSet rs Ready", TIMEOUT, |rs| {
+        settled(rs, 1)
+    })
+    .await
+    .unwrap();
+    let recorder = Recorder::start(pods.clone()).await;
+    recorder.catch_up(&pods).await;
+    let start = recorder.events().len();
+    let paired = |pod: &Pod| GROUP.contains(&role_of(pod).as_str());
+
+    let patch_images = |ops: Vec<Value>| {
+        let rolesets = rolesets.clone();
+        async move {
+            rolesets
+                .patch(
+                    "rs",
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(serde_json::from_value(Value::Array(ops)).unwrap()),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let image = |role: usize, image: &str| {
+        json!({"op": "replace", "value": image,
+            "path": format!("/spec/roles/{role}/template/spec/containers/0/image")})
+    };
+
+    // The router alone: not one write to a paired pod.
+    patch_images(vec![image(0, "router:2")]).await;
+    wait_for(
+        &rolesets,
+        "rs",
+        "RoleSet rs Ready on router:2",
+        TIMEOUT,
+        |rs| settled(rs, 2),
+    )
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    let touched: Vec<String> = recorder.events()[start..]
+        .iter()
+        .flat_map(|e| e.applied())
+        .filter(|p| paired(p))
+        .map(|p| p.name_any())
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "a router change wrote paired pods: {touched:?}"
+    );
+
+    // Both paired roles change and the protocol stays: one key throughout, and no pod that
+    // serves is taken out of service for a partner of another version.
+    let before_engine = recorder.events().len();
+    patch_images(vec![image(1, "engine:2"), image(2, "engine:2")]).await;
+    wait_for(
+        &rolesets,
+        "rs",
+        "RoleSet rs Ready on engine:2",
+        TIMEOUT,
+        |rs| settled(rs, 3),
+    )
+    .await
+    .unwrap();
+    wait_for_all(&pods, "every paired pod on engine:2", TIMEOUT, |all| {
+        all.iter()
+            .filter(|p| paired(p))
+            .all(|p| version_of(p) == "engine:2" && is_ready(p))
+    })
+    .await
+    .unwrap();
+    recorder.catch_up(&pods).await;
+    let mut last_gate: BTreeMap<String, String> = BTreeMap::new();
+    let mut versions_serving_together = false;
+    replay(&recorder.events(), before_engine, |i, state| {
+        let serving: Vec<&Pod> = state
+            .values()
+            .filter(|p| paired(p) && is_ready(p) && p.metadata.deletion_timestamp.is_none())
+            .collect();
+        versions_serving_together |= serving.iter().any(|p| version_of(p) == "engine:1")
+            && serving.iter().any(|p| version_of(p) == "engine:2");
+        for pod in state.values().filter(|p| paired(p)) {
+            assert_eq!(
+                pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
+                Some("kv-v2"),
+                "event {i}: {}",
+                pod.name_any()
+            );
+            let gate = gate_of(pod).unwrap_or_default();
+            let before = last_gate.insert(pod.name_any(), gate.clone());
+            assert!(
+                !(before.as_deref() == Some("True") && gate == "False"),
+                "event {i}: {} was taken out of service though the protocol is kept; the states:\n{}",
+                pod.name_any(),
+                recorder.events()[before_engine..=i]
+                    .iter()
+                    .flat_map(|e| e.applied())
+                    .map(|p| format!(
+                        "{} {} ready={} gate={:?} deleting={}",
+                        p.name_any(),
+                        version_of(p),
+                        is_ready(p),
+                        gate_of(p),
+                        p.metadata.deletion_timestamp.is_some()
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    });
+    assert!(
+        versions_serving_together,
+        "the kept protocol let both versions serve at once"
+    );
+}
+
+/// The `Paired` condition of a status's conditions, when False: what a key waits for.
+fn waiting(conditions: Option<&Vec<squall::api::Condition>>) -> Option<String> {
+    conditions?
+        .iter()
+        .find(|c| c.type_ == CONDITION_PAIRED && c.status == "False")
+        .map(|c| c.message.clone().unwrap_or_default())
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_partner_that_cannot_start_holds_the_group_with_a_condition_naming_its_role() {
+    install_crds();
+    let client = client().await;
+    let roles = [("prefill", 2), ("decode", 2)];
+    let ss = paired_service("llm", 1, json!({"type": "InPlaceUpdate"}), &roles, true);
+    let (ns, watched) = Watched::start(&client, "pairstall", &ss, 4).await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let rolesets: Api<RoleSet> = Api::namespaced(client.clone(), ns.name());
+    // A new key whose decode can never be scheduled (no node has the label).
+    let unschedulable = |decode: Value| {
+        let ops = json!([
+            {"op": "replace", "path": "/spec/template/spec/roles/0/template/spec/containers/0/image",
+             "value": "engine:2"},
+            {"op": "replace", "path": "/spec/template/spec/roles/1/template/spec/containers/0/image",
+             "value": "engine:2"},
+            {"op": "add", "path": "/spec/template/spec/roles/1/template/spec/nodeSelector",
+             "value": decode},
+        ]);
+        Patch::Json::<()>(serde_json::from_value(ops).unwrap())
+    };
+    api.patch(
+        "llm",
+        &PatchParams::default(),
+        &unschedulable(json!({"squall.dev/nowhere": "true"})),
+    )
+    .await
+    .unwrap();
+    let held = wait_for(
+        &api,
+        "llm",
+        "pairstall: Paired False naming decode",
+        TIMEOUT,
+        |ss| {
+            waiting(ss.and_then(|ss| ss.status.as_ref()?.conditions.as_ref()))
+                .is_some_and(|m| m.contains("waits for role decode"))
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let rs = rolesets.list(&Default::default()).await.unwrap().items;
+    assert!(
+        rs.iter().any(
+            |r| waiting(r.status.as_ref().and_then(|s| s.conditions.as_ref()))
+                .is_some_and(|m| m.contains("role decode"))
+        ),
+        "the RoleSet says it too"
+    );
+    // The old key serves in both roles while the new one waits; the status counts it.
+    let keys = held
+        .status
+        .as_ref()
+        .and_then(|s| s.pairing.clone())
+        .unwrap();
+    let serving = |key: &squall::api::PairingKeyStatus, role: &str| {
+        key.roles
+            .iter()
+            .find(|r| r.name == role)
+            .map_or(0, |r| r.serving)
+    };
+    assert_eq!(keys.len(), 2, "the old and the new key: {keys:?}");
+    let (old, new): (Vec<_>, Vec<_>) = keys.iter().partition(|k| serving(k, "decode") > 0);
+    assert!(
+        old.len() == 1 && serving(old[0], "prefill") > 0,
+        "the old key keeps serving: {keys:?}"
+    );
+    assert_eq!(
+        serving(new[0], "prefill"),
+        0,
+        "the new prefill waits: {keys:?}"
+    );
+    let out = std::process::Command::new(squall_bin())
+        .args(["status", "llm", "-n", ns.name()])
+        .output()
+        .expect("squall runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && table.contains("PAIRING-KEY")
+            && table.contains(&format!("{:<20} {:<16}", new[0].key, "prefill"))
+            && table.contains("pairing waits: RoleSet"),
+        "squall status shows the keys and the wait: {table}"
+    );
+    // Never a stall: a template the decode can start on completes the rollout.
+    api.patch("llm", &PatchParams::default(), &unschedulable(json!({})))
+        .await
+        .unwrap();
+    let done = wait_for(&api, "llm", "pairstall: rolled out", TIMEOUT, |ss| {
+        stormservice_settled(ss, Some(3))
+            && waiting(ss.and_then(|ss| ss.status.as_ref()?.conditions.as_ref())).is_none()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let keys = done.status.and_then(|s| s.pairing).unwrap_or_default();
+    assert!(
+        keys.len() == 1 && keys[0].roles.iter().all(|r| r.serving == 2) && keys[0].skew == 0,
+        "one key, serving whole: {keys:?}"
+    );
+    let replayed = watched.replay("llm", &roles, 0, 1).await;
+    assert!(
+        replayed.violation.is_none(),
+        "no pod served without a partner of its version: {replayed:?}"
     );
 }
