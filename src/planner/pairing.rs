@@ -850,6 +850,22 @@ mod tests {
                 .collect()
         }
 
+        /// What the controller observes: the pods as they are, but for the kubelet's last
+        /// changes to the `lagging` pods, which its cache has not seen yet (containers that
+        /// started, Ready that followed a gate; its own writes it sees at once).
+        fn observed(pods: &[Pod], lagging: &BTreeMap<String, (bool, bool)>) -> Vec<Pod> {
+            pods.iter()
+                .map(|p| match lagging.get(&p.name) {
+                    Some(&(containers_ready, ready)) => Pod {
+                        containers_ready: p.containers_ready && containers_ready,
+                        ready: p.ready && ready,
+                        ..p.clone()
+                    },
+                    None => p.clone(),
+                })
+                .collect()
+        }
+
         /// Every Ready pod of the group has a Ready pod of its key in every later role of it,
         /// and in every earlier role one that is Ready or up (opening after it: a key's pods
         /// start serving from the group's last role to its first).
@@ -888,9 +904,10 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(200))]
             /// docs/rollouts.md#pairing: whatever the group's sizes, ratios, budgets and
-            /// strategy, and whichever containers start first, no pod serves without a
-            /// partner of its key, no role exceeds `desired + maxSurge`, gate writes are
-            /// idempotent, and the rollout completes.
+            /// strategy, whichever containers start first and whichever of the kubelet's
+            /// changes the controller has not observed yet, no pod serves without a partner
+            /// of its key, no role exceeds `desired + maxSurge`, gate writes are idempotent,
+            /// and the rollout completes.
             #[test]
             fn a_paired_rollout_never_serves_unpartnered_and_completes(
                 roles in prop::collection::vec(arb_role(), 2..4),
@@ -901,6 +918,7 @@ mod tests {
                     RoleSetUpdateStrategy::Interleave,
                 ]),
                 starts in prop::collection::vec(any::<u16>(), 64),
+                stale in prop::collection::vec(any::<u16>(), 64),
             ) {
                 let group = group.min(roles.len());
                 let groups = [PairingGroup {
@@ -922,8 +940,10 @@ mod tests {
                 let unavoidable = roles[..group].iter()
                     .any(|r| r.desired == 1 && (r.surge == 0 || r.in_place));
                 let mut done = false;
+                let mut lagging: BTreeMap<String, (bool, bool)> = BTreeMap::new();
                 for pass in 0..400usize {
-                    let inputs = inputs(&roles, &pods);
+                    let view = observed(&pods, &lagging);
+                    let inputs = inputs(&roles, &view);
                     let mut actions = plan(strategy, &inputs, &sequence, &indexes);
                     let floors: BTreeMap<String, u32> = inputs[..group].iter()
                         .map(|r| (r.name.clone(), r.desired.saturating_sub(r.budgets.max_unavailable)))
@@ -932,7 +952,7 @@ mod tests {
                     let moves: Vec<String> = actions.iter().flat_map(|a| a.in_place_start.clone()).collect();
                     let creating: BTreeSet<String> = actions.iter().zip(&inputs)
                         .filter(|(a, _)| a.creates() > 0).map(|(_, r)| r.name.clone()).collect();
-                    let decided = super::pass(&groups, &paired(&pods, group), &deletes, &moves, &creating, &floors);
+                    let decided = super::pass(&groups, &paired(&view, group), &deletes, &moves, &creating, &floors);
                     for action in &mut actions {
                         action.delete.retain(|n| !decided.withheld.contains(n));
                         action.in_place_start.retain(|n| !decided.withheld.contains(n));
@@ -944,7 +964,8 @@ mod tests {
                     }
                     let deletes: Vec<String> = actions.iter().flat_map(|a| a.delete.clone()).collect();
                     let moves: Vec<String> = actions.iter().flat_map(|a| a.in_place_start.clone()).collect();
-                    prop_assert!(super::pass(&groups, &paired(&pods, group), &deletes, &moves, &creating, &floors).gates.is_empty(),
+                    let view = observed(&pods, &lagging);
+                    prop_assert!(super::pass(&groups, &paired(&view, group), &deletes, &moves, &creating, &floors).gates.is_empty(),
                         "gate writes are not idempotent");
                     partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, gates: {e}")))?;
                     for (i, action) in actions.iter().enumerate() {
@@ -981,8 +1002,14 @@ mod tests {
                                 "pass {pass}: {} serves {serving} pods, its floor is {floor}: {pods:?}", input.name);
                         }
                     }
-                    // The kubelet: some containers start, and Ready follows the gates.
+                    // The kubelet: some containers start, and Ready follows the gates; the
+                    // controller's cache misses some of it until the next pass.
                     let draw = starts[pass % starts.len()];
+                    let lag = stale[pass % stale.len()];
+                    lagging = pods.iter().enumerate()
+                        .filter(|(n, _)| (lag >> (n % 16)) & 1 == 1)
+                        .map(|(_, p)| (p.name.clone(), (p.containers_ready, p.ready)))
+                        .collect();
                     for (n, pod) in pods.iter_mut().enumerate() {
                         if !pod.containers_ready && (draw >> (n % 16)) & 1 == 1 || pass % 7 == 6 {
                             pod.containers_ready = true;
