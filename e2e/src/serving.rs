@@ -76,6 +76,10 @@ pub struct Replayed {
     pub violation: Option<String>,
     /// Per version, the pairing keys its pods carried.
     pub keys: BTreeMap<String, BTreeSet<String>>,
+    /// The most any version's serving pods strayed from the group's ratio in one domain
+    /// (squall's skew: what the slowest role lacks of the leader's share), and at which
+    /// event.
+    pub max_skew: (u32, usize),
     /// Per pod: its version and how often its pairing condition changed.
     pub gate_changes: BTreeMap<String, (String, usize)>,
     /// One line per event: the pod or the serving endpoints it showed (for the message).
@@ -125,6 +129,7 @@ pub fn replay(
     slices: &[TimedObservation<EndpointSlice>],
     service: &str,
     group: &[&str],
+    replicas: &[u32],
     since: Instant,
 ) -> Replayed {
     let mut merged: Vec<(Instant, Event<'_>)> =
@@ -167,11 +172,19 @@ pub fn replay(
                     .insert(key.clone());
             }
         }
-        if at < since || matches!(event, Event::Pod(_)) || replayed.violation.is_some() {
+        if at < since || matches!(event, Event::Pod(_)) {
+            continue;
+        }
+        let serving = serving_pods(&pod_state, &slice_state, service, group);
+        let skew = skew(&serving, group, replicas);
+        if skew > replayed.max_skew.0 {
+            replayed.max_skew = (skew, i);
+        }
+        if replayed.violation.is_some() {
             continue;
         }
         replayed.states += 1;
-        if let Err(wrong) = judge(&pod_state, &slice_state, service, group, &mut replayed) {
+        if let Err(wrong) = judge(&pod_state, &serving, group, &mut replayed) {
             let recent = replayed.timeline.len().saturating_sub(40);
             replayed.violation = Some(format!(
                 "event {i}: {wrong}\nthe events before it:\n{}",
@@ -182,27 +195,52 @@ pub fn replay(
     replayed
 }
 
-/// One slice state against the pods as they are now.
-fn judge(
-    pods: &BTreeMap<String, Pod>,
+/// The `group`'s pods the slices of `service` list as serving and that agree they serve (the
+/// rest is the slice catching up).
+fn serving_pods<'a>(
+    pods: &'a BTreeMap<String, Pod>,
     slices: &BTreeMap<String, EndpointSlice>,
     service: &str,
     group: &[&str],
-    replayed: &mut Replayed,
-) -> Result<(), String> {
-    // Endpoints whose pod agrees that it serves (the rest is the slice catching up).
-    let serving: Vec<&Pod> = serving_endpoints(slices, service)
+) -> Vec<&'a Pod> {
+    serving_endpoints(slices, service)
         .iter()
         .filter_map(|name| pods.get(name))
         .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
         .filter(|p| group.contains(&role_of(p).as_str()))
-        .collect();
+        .collect()
+}
+
+/// The largest skew of any version in any domain (`replicas` per domain of each role of the
+/// `group`).
+fn skew(serving: &[&Pod], group: &[&str], replicas: &[u32]) -> u32 {
+    let mut counts: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
+    for pod in serving {
+        let position = group.iter().position(|r| *r == role_of(pod)).unwrap_or(0);
+        counts
+            .entry((version_of(pod), domain_of(pod)))
+            .or_insert_with(|| vec![0; group.len()])[position] += 1;
+    }
+    counts
+        .values()
+        .map(|serving| squall::planner::pairing::skew(serving, replicas))
+        .max()
+        .unwrap_or(0)
+}
+
+/// One slice state's `serving` pods against the pods as they are now.
+fn judge(
+    pods: &BTreeMap<String, Pod>,
+    serving: &[&Pod],
+    group: &[&str],
+    replayed: &mut Replayed,
+) -> Result<(), String> {
     let serves = |role: &str, version: &str, domain: &str| {
         serving
             .iter()
             .any(|q| role_of(q) == role && version_of(q) == version && domain_of(q) == domain)
     };
-    for pod in &serving {
+    for pod in serving {
         let (version, domain) = (version_of(pod), domain_of(pod));
         let position = group.iter().position(|r| *r == role_of(pod)).unwrap_or(0);
         for (other, role) in group.iter().enumerate().filter(|(i, _)| *i != position) {

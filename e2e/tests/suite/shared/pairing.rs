@@ -278,6 +278,12 @@ impl Watched {
             &self.slice_recorder.timed_events(),
             service,
             &GROUP,
+            &GROUP.map(|group_role| {
+                roles
+                    .iter()
+                    .find(|(role, _)| *role == group_role)
+                    .map_or(0, |(_, n)| *n as u32)
+            }),
             self.since,
         )
     }
@@ -312,6 +318,13 @@ fn assert_paired(what: &str, replayed: &Replayed) {
         replayed.served_whole,
         ["engine:1", "engine:2"],
         "{what}: the old version serves whole, then the new one"
+    );
+    // The ratio: within one batch (these rollouts move one pod of each role a batch).
+    assert!(
+        replayed.max_skew.0 <= 1,
+        "{what}: the serving pods strayed {} pods from the ratio at event {}",
+        replayed.max_skew.0,
+        replayed.max_skew.1
     );
     // One pods/status write per change: a new pod's gate opens once; an old pod's closes at
     // most once, when its version stops being served whole.
@@ -456,6 +469,10 @@ async fn a_pooled_rollout_in_sequential_order_serves_each_version_whole() {
     assert!(
         unpaired.violation.is_some(),
         "without pairing the same rollout mixes versions: {unpaired:?}"
+    );
+    assert!(
+        unpaired.max_skew.0 > 1,
+        "without lock-step batches a version's roles stray from the ratio: {unpaired:?}"
     );
 }
 
