@@ -71,6 +71,22 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
+/// The pods of its PodSets, when roles are paired: a paired gang's gate is on them
+/// (docs/rollouts.md#pairing). Each PodSet's by owner UID, from the cache's index.
+fn paired_gang_pods(
+    roleset: &RoleSet,
+    podsets: &[Arc<PodSet>],
+    ctx: &Context,
+) -> Vec<Arc<CachedPod>> {
+    if roleset.spec.pairing.as_ref().is_none_or(Vec::is_empty) {
+        return Vec::new();
+    }
+    podsets
+        .iter()
+        .flat_map(|podset| owned_children(&ctx.caches.pods, &**podset))
+        .collect()
+}
+
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let now = wall_clock();
     if let Some(message) = ctx.invalid_spec(roleset, |roleset| validate_roleset(roleset, None)) {
@@ -86,6 +102,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     // yet, and the stable revisions partitions keep pods on.
     let pods = owned_pods(roleset, ctx);
     let podsets = owned_podsets(roleset, ctx);
+    let gang_pods = paired_gang_pods(roleset, &podsets, ctx);
     let key = Context::key(roleset);
     let roles = role_children(roleset, &pods, &podsets);
     let mut pending = Vec::with_capacity(roles.len());
@@ -122,6 +139,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         roleset,
         pods: &pods,
         podsets: &podsets,
+        gang_pods: &gang_pods,
         roles,
         pending,
         stable,

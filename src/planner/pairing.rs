@@ -6,15 +6,17 @@
 //! chose, [`lockstep_caps`] with its roles' progress, and [`report`] for the status.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use kube::ResourceExt;
 
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_NAME,
+    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY,
+    LABEL_PODSET_NAME, LABEL_ROLE_NAME,
 };
 use crate::api::limits::MAX_PAIRING_KEYS_REPORTED;
 use crate::api::pod::CachedPod;
-use crate::api::{PairedRoleStatus, PairingGroup, PairingKeyStatus, RoleSpec};
+use crate::api::{PairedRoleStatus, PairingGroup, PairingKeyStatus, PodSet, RoleSpec};
 
 /// The pairing groups as indexes into `roles` (spec order), each role once; roles a group
 /// names that the RoleSet lacks are left out (admission refuses them).
@@ -30,43 +32,114 @@ pub fn group_indexes(groups: &[PairingGroup], roles: &[&RoleSpec]) -> Vec<Vec<us
         .collect()
 }
 
-/// What pairing reads of the RoleSet's live pods of paired roles. Only a pod that has no pairing
+/// What pairing reads of the RoleSet's live pods of paired roles, and of its multi-node
+/// roles' live PodSets: a gang is one unit (named after its PodSet), up when each of its
+/// `podGroupSize` pods is, Ready when each is, its gate the same on all of them.
+/// `gang_pods` are the pods of the RoleSet's PodSets. Only a pod that has no pairing
 /// condition yet has its spec read (for the gate): squall writes the condition only on
 /// gated pods.
 pub fn paired_pods<'a>(
     groups: &[PairingGroup],
-    pods: &'a [std::sync::Arc<CachedPod>],
+    pods: &'a [Arc<CachedPod>],
+    podsets: &'a [Arc<PodSet>],
+    gang_pods: &'a [Arc<CachedPod>],
 ) -> Vec<PairedPod<'a>> {
-    pods.iter()
-        .filter_map(|pod| {
-            let role = pod.labels().get(LABEL_ROLE_NAME)?;
-            // A terminating pod serves no more (its endpoint says so): nothing to decide or
-            // write for it.
-            if pod.metadata.deletion_timestamp.is_some()
-                || !groups.iter().any(|g| g.roles.contains(role))
-            {
-                return None;
-            }
-            let servable = pod
-                .condition(CONDITION_PAIRING_SERVABLE)
-                .map(|s| s == "True");
-            let up = pod
-                .phase()
-                .is_none_or(|phase| phase == "Running" || phase == "Pending")
-                && pod.condition("ContainersReady") == Some("True")
-                && !pod
-                    .annotations()
-                    .contains_key(ANNOTATION_IN_PLACE_TARGET_HASH);
-            Some(PairedPod {
-                name: pod.metadata.name.as_deref()?,
-                role,
-                key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
-                up,
-                ready: pod.ready(),
-                gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
-                servable,
-            })
+    let paired_role = |labels: &'a BTreeMap<String, String>| {
+        let role = labels.get(LABEL_ROLE_NAME)?;
+        groups
+            .iter()
+            .any(|g| g.roles.contains(role))
+            .then_some(role.as_str())
+    };
+    let mut members: BTreeMap<&str, Vec<&CachedPod>> = BTreeMap::new();
+    for pod in gang_pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        if let Some(podset) = pod.labels().get(LABEL_PODSET_NAME) {
+            members.entry(podset).or_default().push(pod);
+        }
+    }
+    let single = pods.iter().filter_map(|pod| {
+        // A terminating pod serves no more (its endpoint says so): nothing to decide or
+        // write for it.
+        if pod.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let role = paired_role(pod.labels())?;
+        let servable = servable(pod);
+        Some(PairedPod {
+            name: pod.metadata.name.as_deref()?,
+            role,
+            key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
+            up: up(pod),
+            ready: pod.ready(),
+            gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
+            servable,
+            split: false,
         })
+    });
+    let gangs = podsets.iter().filter_map(|podset| {
+        if podset.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let role = paired_role(podset.labels())?;
+        let name = podset.metadata.name.as_deref()?;
+        let gang = members.get(name).map(Vec::as_slice).unwrap_or_default();
+        let whole = gang.len() == usize::try_from(podset.spec.pod_group_size).unwrap_or(0);
+        let gates: BTreeSet<Option<bool>> = gang.iter().map(|p| servable(p)).collect();
+        Some(PairedPod {
+            name,
+            role,
+            key: podset.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
+            up: whole && gang.iter().all(|p| up(p)),
+            ready: whole && gang.iter().all(|p| p.ready()),
+            gated: gang
+                .iter()
+                .any(|p| servable(p).is_some() || p.has_readiness_gate(CONDITION_PAIRING_SERVABLE)),
+            servable: gates.iter().next().copied().flatten(),
+            split: gates.len() > 1,
+        })
+    });
+    single.chain(gangs).collect()
+}
+
+/// A pod's pairing condition; None while absent.
+fn servable(pod: &CachedPod) -> Option<bool> {
+    pod.condition(CONDITION_PAIRING_SERVABLE)
+        .map(|s| s == "True")
+}
+
+/// Its containers are ready, it runs (or is about to) and no in-place move runs on it.
+fn up(pod: &CachedPod) -> bool {
+    pod.phase()
+        .is_none_or(|phase| phase == "Running" || phase == "Pending")
+        && pod.condition("ContainersReady") == Some("True")
+        && !pod
+            .annotations()
+            .contains_key(ANNOTATION_IN_PLACE_TARGET_HASH)
+}
+
+/// The pods whose pairing condition a gate decision on `unit` writes: the pod itself, or a
+/// gang's pods whose condition is not `servable` yet.
+pub fn gate_writes(
+    unit: &str,
+    servable: bool,
+    podsets: &[Arc<PodSet>],
+    gang_pods: &[Arc<CachedPod>],
+) -> Vec<String> {
+    if !podsets
+        .iter()
+        .any(|p| p.metadata.name.as_deref() == Some(unit))
+    {
+        return vec![unit.to_string()];
+    }
+    gang_pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.labels().get(LABEL_PODSET_NAME).map(String::as_str) == Some(unit))
+        .filter(|p| self::servable(p).unwrap_or(false) != servable)
+        .filter_map(|p| p.metadata.name.clone())
         .collect()
 }
 
@@ -153,8 +226,10 @@ pub struct PairedPod<'a> {
     /// It declares the pairing readiness gate (pods created before their role was paired
     /// do not, and serve as they did).
     pub gated: bool,
-    /// The status of its pairing condition; None while absent.
+    /// The status of its pairing condition; None while absent (a gang's: any of its pods').
     pub servable: Option<bool>,
+    /// A gang whose pods' conditions disagree: written whatever it should say.
+    pub split: bool,
 }
 
 /// Which pods of a routing domain serve once the pods in `going` are gone: a gated pod is
@@ -337,7 +412,7 @@ pub fn pass(
             let wanted = servability.servable(pod, &going) && next_serves;
             // A gate without its condition holds the pod out of Ready already (as a kubelet
             // reads it): a new pod gets its first write when it may serve.
-            (pod.servable.unwrap_or(false) != wanted)
+            (pod.split || pod.servable.unwrap_or(false) != wanted)
                 .then(|| (position, pod.name.to_string(), wanted))
         })
         .collect();
@@ -477,6 +552,7 @@ mod tests {
             ready: up,
             gated: true,
             servable: Some(up),
+            split: false,
         }
     }
 
@@ -574,6 +650,100 @@ mod tests {
             pod("r", "router", "x", true),
         ];
         assert!(gates(&groups, &pods, &[]).is_empty());
+    }
+
+    /// A cached pod of `role` with key `k`, its containers ready or not, its pairing
+    /// condition as given, in `podset`'s gang when it has one.
+    fn cached(
+        name: &str,
+        role: &str,
+        podset: Option<&str>,
+        containers_ready: bool,
+        gate: Option<&str>,
+    ) -> Arc<CachedPod> {
+        let mut labels = serde_json::json!({LABEL_ROLE_NAME: role, LABEL_PAIRING_KEY: "k"});
+        if let Some(podset) = podset {
+            labels[LABEL_PODSET_NAME] = podset.into();
+        }
+        let flag = |b: bool| if b { "True" } else { "False" };
+        let mut conditions = vec![serde_json::json!({"type": "ContainersReady",
+            "status": flag(containers_ready)})];
+        conditions.push(serde_json::json!({"type": "Ready",
+            "status": flag(containers_ready && gate == Some("True"))}));
+        if let Some(gate) = gate {
+            conditions
+                .push(serde_json::json!({"type": CONDITION_PAIRING_SERVABLE, "status": gate}));
+        }
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [], "readinessGates": [{"conditionType": CONDITION_PAIRING_SERVABLE}]},
+            "status": {"phase": "Running", "conditions": conditions},
+        }))
+        .unwrap();
+        Arc::new(CachedPod::from_pod(&pod))
+    }
+
+    #[test]
+    fn a_gang_is_one_unit_up_when_all_its_pods_are_and_its_gate_is_written_on_each() {
+        let groups = [group(&["prefill", "decode"])];
+        let podsets: Vec<Arc<PodSet>> = vec![Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "d-0", "labels": {LABEL_ROLE_NAME: "decode", LABEL_PAIRING_KEY: "k"}},
+                "spec": {"podGroupSize": 2, "template": {}},
+            }))
+            .unwrap(),
+        )];
+        let prefill = [cached("p", "prefill", None, true, Some("False"))];
+        let decide = |gang: &[Arc<CachedPod>]| -> Vec<(String, bool)> {
+            let paired = paired_pods(&groups, &prefill, &podsets, gang);
+            let decided = pass(
+                &groups,
+                &paired,
+                &[],
+                &[],
+                &BTreeSet::new(),
+                &BTreeMap::new(),
+            );
+            decided
+                .gates
+                .iter()
+                .flat_map(|(unit, servable)| {
+                    gate_writes(unit, *servable, &podsets, gang)
+                        .into_iter()
+                        .map(|pod| (pod, *servable))
+                })
+                .collect()
+        };
+        // One member's containers are not ready: the gang is not up, nothing opens.
+        let starting = [
+            cached("d-0-0", "decode", Some("d-0"), true, None),
+            cached("d-0-1", "decode", Some("d-0"), false, None),
+        ];
+        assert!(decide(&starting).is_empty());
+        // Both are: the gang (decode, the last role) opens on each of its pods.
+        let up = [
+            cached("d-0-0", "decode", Some("d-0"), true, None),
+            cached("d-0-1", "decode", Some("d-0"), true, None),
+        ];
+        assert_eq!(
+            decide(&up),
+            [("d-0-0".to_string(), true), ("d-0-1".to_string(), true)]
+        );
+        // Half written (a pass cut short): only the other pod is written.
+        let half = [
+            cached("d-0-0", "decode", Some("d-0"), true, Some("True")),
+            cached("d-0-1", "decode", Some("d-0"), true, None),
+        ];
+        assert_eq!(decide(&half), [("d-0-1".to_string(), true)]);
+        // A member going down takes the gang out: the pod that serves closes.
+        let down = [
+            cached("d-0-0", "decode", Some("d-0"), true, Some("True")),
+            cached("d-0-1", "decode", Some("d-0"), false, Some("True")),
+        ];
+        assert_eq!(
+            decide(&down),
+            [("d-0-0".to_string(), false), ("d-0-1".to_string(), false)]
+        );
     }
 
     #[test]
@@ -846,6 +1016,7 @@ mod tests {
                     ready: p.ready,
                     gated: true,
                     servable: p.servable,
+                    split: false,
                 })
                 .collect()
         }

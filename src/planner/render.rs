@@ -275,11 +275,10 @@ pub fn group_of<'a>(spec: &'a RoleSetSpec, role: &str) -> Option<&'a PairingGrou
         .find(|group| group.roles.iter().any(|r| r == role))
 }
 
-/// Whether `role`'s pods declare the pairing readiness gate: single pods of a paired role.
-/// A multi-node role's gangs carry the key but serve ungated (their pods belong to PodSets,
-/// which do not set the gate).
+/// Whether `role`'s pods declare the pairing readiness gate: every pod of a paired role, a
+/// multi-node role's gang pods too (its PodSets' template carries the gate).
 pub fn gated_by_pairing(spec: &RoleSetSpec, role: &RoleSpec) -> bool {
-    group_of(spec, &role.name).is_some() && role.pod_group_size_or_default() <= 1
+    group_of(spec, &role.name).is_some()
 }
 
 /// The pairing key of `role`'s pods rendered from `rendered_from` — the RoleSet's spec, or

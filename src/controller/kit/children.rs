@@ -7,9 +7,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use super::error::{Error, refusal};
+use crate::api::keys::{LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME};
+use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet, controlled_by};
 use crate::controller::cache::Cache;
 
@@ -35,6 +39,23 @@ where
             cache.owned_by(namespace, uid)
         })
         .unwrap_or_default()
+}
+
+/// The RoleSet a paired gang's pod changes matters to, beside its PodSet: its gate opens
+/// when its containers turn ready, which the PodSet's status does not show (it counts Ready).
+/// Pods a PodSet controls and that carry a pairing key only; the RoleSet is named by the
+/// pod's label, in the pod's namespace.
+pub fn paired_gang_owner(pod: Arc<CachedPod>) -> Option<ObjectRef<RoleSet>> {
+    let labels = pod.labels();
+    if !labels.contains_key(LABEL_PAIRING_KEY) || !labels.contains_key(LABEL_PODSET_NAME) {
+        return None;
+    }
+    let by_podset = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind == PodSet::kind(&()));
+    let (roleset, namespace) = (labels.get(LABEL_ROLESET_NAME)?, pod.namespace()?);
+    by_podset.then(|| ObjectRef::new(roleset).within(&namespace))
 }
 
 /// The UIDs of `children`, by name: every delete names the object it means by UID too.
@@ -339,6 +360,29 @@ impl ChildKind {
 mod tests {
     use super::*;
     use crate::controller::kit::context::unreachable_context;
+
+    #[test]
+    fn a_paired_gang_pods_change_reaches_its_roleset_and_nothing_else_does() {
+        let pod = |labels: serde_json::Value, owner: &str| {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "d-0-0", "namespace": "team", "labels": labels,
+                    "ownerReferences": [{"apiVersion": "orchestration.aibrix.ai/v1alpha1",
+                        "kind": owner, "name": "d-0", "uid": "u", "controller": true}]},
+            }))
+            .unwrap();
+            Arc::new(CachedPod::from_pod(&pod))
+        };
+        let gang = serde_json::json!({LABEL_PAIRING_KEY: "k", LABEL_PODSET_NAME: "d-0",
+            LABEL_ROLESET_NAME: "rs"});
+        assert_eq!(
+            paired_gang_owner(pod(gang.clone(), "PodSet")),
+            Some(ObjectRef::new("rs").within("team"))
+        );
+        // A RoleSet's own pod reaches it as its child; an unpaired gang's pod does not.
+        assert_eq!(paired_gang_owner(pod(gang, "RoleSet")), None);
+        let unpaired = serde_json::json!({LABEL_PODSET_NAME: "d-0", LABEL_ROLESET_NAME: "rs"});
+        assert_eq!(paired_gang_owner(pod(unpaired, "PodSet")), None);
+    }
 
     #[tokio::test]
     async fn a_delete_that_failed_is_sent_again_by_the_next_pass() {

@@ -68,6 +68,8 @@ pub struct PassInput<'a> {
     pub pods: &'a [Arc<CachedPod>],
     /// Its PodSets, as cached.
     pub podsets: &'a [Arc<PodSet>],
+    /// The pods of its PodSets, as cached, when roles are paired (a gang's gate is on them).
+    pub gang_pods: &'a [Arc<CachedPod>],
     /// [`role_children`](children::role_children) of this RoleSet.
     pub roles: Vec<RoleChildren>,
     /// By role, aligned with `roles`.
@@ -273,17 +275,21 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let groups = group_indexes(pairing, &specs);
     let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
     if !groups.is_empty() {
-        pass.gates = pair_removals(pairing, input_pods, &pass.inputs, &mut actions);
+        let paired = paired_pods(pairing, input_pods, input_podsets, input.gang_pods);
+        pass.gates = pair_removals(pairing, &paired, &pass.inputs, &mut actions)
+            .into_iter()
+            .flat_map(|(unit, servable)| {
+                pairing::gate_writes(&unit, servable, input_podsets, input.gang_pods)
+                    .into_iter()
+                    .map(move |pod| (pod, servable))
+            })
+            .collect();
         let desired = pass
             .inputs
             .iter()
             .map(|r| (r.name.clone(), r.desired))
             .collect();
-        pass.pairing = Some(pairing::report(
-            pairing,
-            &paired_pods(pairing, input_pods),
-            &desired,
-        ));
+        pass.pairing = Some(pairing::report(pairing, &paired, &desired));
     }
     for ((((role, input), stable), action), adopted) in specs
         .iter()
@@ -327,10 +333,11 @@ pub fn decide(input: PassInput<'_>) -> Pass {
 }
 
 /// Pairing's part of the pass (docs/rollouts.md#pairing): holds back the removals in
-/// `actions` that would leave a partner role serving below its floor, and returns the gates.
+/// `actions` that would leave a partner role serving below its floor, and returns the gates
+/// (by pod, or by gang).
 fn pair_removals(
     groups: &[PairingGroup],
-    pods: &[Arc<CachedPod>],
+    paired: &[pairing::PairedPod<'_>],
     roles: &[RoleInput],
     actions: &mut [RoleAction],
 ) -> Vec<(String, bool)> {
@@ -353,14 +360,7 @@ fn pair_removals(
         .filter(|(action, _)| action.creates() > 0)
         .map(|(_, role)| role.name.clone())
         .collect();
-    let decided = pairing::pass(
-        groups,
-        &paired_pods(groups, pods),
-        &deletes,
-        &moves,
-        &creating,
-        &floors,
-    );
+    let decided = pairing::pass(groups, paired, &deletes, &moves, &creating, &floors);
     for action in actions.iter_mut() {
         action.delete.retain(|n| !decided.withheld.contains(n));
         action
@@ -727,6 +727,7 @@ mod tests {
             roleset: rs,
             pods: &pods,
             podsets,
+            gang_pods: &[],
             roles,
             pending: vec![Pending::default(); n],
             stable: vec![None; n],
@@ -815,6 +816,7 @@ mod tests {
             roleset: &rs,
             pods: &[],
             podsets: &[],
+            gang_pods: &[],
             roles,
             pending: vec![Pending::default(); 2],
             stable: vec![None, Some(Err("not found".into()))],
@@ -1064,6 +1066,7 @@ mod tests {
             roleset: &rs,
             pods: &[],
             podsets: &[],
+            gang_pods: &[],
             roles,
             pending: vec![Pending::default(); 2],
             stable: vec![Some(Ok(revision)), None],
