@@ -24,6 +24,10 @@
 //! 4. Step latency: `BENCH_CANARIES` (default 25) canaries of 4 weight steps (100 step
 //!    transitions): from the bench observing the last pod that completes a step become
 //!    Ready to it observing the next step start; p50 / p99.
+//! 5. Pairing: `BENCH_PAIRED` (default 50) StormServices of the scale phase's shape created
+//!    and rolled twice in turn, unpaired and then with prefill and decode in one pairing
+//!    group: the writes per StormService each costs, what they were, and the gate writes
+//!    (pods/status patches) per pod in the roll.
 //!
 //! Prints a Markdown table and writes it to `target/bench/controller.md`.
 
@@ -266,6 +270,73 @@ fn service(name: &str) -> StormService {
     )
 }
 
+/// [`service`] with prefill and decode in one pairing group (docs/rollouts.md#pairing).
+fn paired_service(name: &str) -> StormService {
+    let mut ss = service(name);
+    ss.spec.template.spec.as_mut().unwrap().pairing =
+        serde_json::from_value(json!([{"roles": ["prefill", "decode"]}])).unwrap();
+    ss
+}
+
+/// The write requests of one fleet's create and roll: per StormService, and what they were.
+struct FleetWrites {
+    create: f64,
+    create_by: String,
+    roll: f64,
+    roll_by: String,
+    /// pods/status patches per pod over the roll (the pairing gates').
+    roll_gates_per_pod: f64,
+}
+
+/// Creates `count` StormServices made by `make` in a new namespace, waits until they are
+/// settled, rolls one role's image on all of them and waits again, counting the writes.
+async fn fleet_writes(
+    client: &kube::Client,
+    operator: &Operator,
+    prefix: &str,
+    count: usize,
+    make: fn(&str) -> StormService,
+) -> FleetWrites {
+    let ns = TestNamespace::create(client, prefix).await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let writes_by = || write_requests(operator.admin_addr, &["stormservice", "roleset", "podset"]);
+    let total = |by: &BTreeMap<String, f64>| by.values().sum::<f64>();
+    let by0 = writes_by();
+    let started = Instant::now();
+    stream::iter(0..count)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &make(&format!("llm-{i:04}")))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    all_settled(&api, count, 1, 2, started).await;
+    let by1 = writes_by();
+    let started = Instant::now();
+    stream::iter(0..count)
+        .for_each_concurrent(IN_FLIGHT, |i| {
+            let api = api.clone();
+            async move {
+                set_role_image(&api, &format!("llm-{i:04}"), 1, "engine:2").await;
+            }
+        })
+        .await;
+    all_settled(&api, count, 2, 2, started).await;
+    let by2 = writes_by();
+    delete_namespace(ns.name());
+    let gates = |by: &BTreeMap<String, f64>| by.get("patch pods/status").copied().unwrap_or(0.0);
+    FleetWrites {
+        create: (total(&by1) - total(&by0)) / count as f64,
+        create_by: breakdown(&by0, &by1, count),
+        roll: (total(&by2) - total(&by1)) / count as f64,
+        roll_by: breakdown(&by1, &by2, count),
+        roll_gates_per_pod: (gates(&by2) - gates(&by1)) / (count * 8) as f64,
+    }
+}
+
 /// LIST requests the API server has served, from anyone (its `apiserver_request_total`).
 async fn apiserver_lists(client: &kube::Client) -> f64 {
     let request = http::Request::get("/metrics")
@@ -407,6 +478,7 @@ async fn step_latencies(client: &kube::Client, canaries: usize) -> Vec<f64> {
 async fn main() {
     let services = env_number("BENCH_SERVICES", 200);
     let canaries = env_number("BENCH_CANARIES", 25);
+    let paired_services = env_number("BENCH_PAIRED", 50);
     let pods = services * 8;
     install_crds();
     let client = client().await;
@@ -510,6 +582,23 @@ async fn main() {
     println!("step latency: {canaries} canaries x 4 steps ...");
     let mut latencies = step_latencies(&client, canaries).await;
     latencies.sort_by(f64::total_cmp);
+    println!("pairing: {paired_services} StormServices, unpaired then paired ...");
+    let unpaired = fleet_writes(
+        &client,
+        &operator,
+        "bench-unpaired",
+        paired_services,
+        service,
+    )
+    .await;
+    let paired = fleet_writes(
+        &client,
+        &operator,
+        "bench-paired",
+        paired_services,
+        paired_service,
+    )
+    .await;
     drop(operator);
 
     let squall_rate = pods as f64 / create_ready.as_secs_f64();
@@ -610,6 +699,27 @@ async fn main() {
         latencies.len(),
         percentile(&latencies, 50.0) * 1000.0,
         percentile(&latencies, 99.0) * 1000.0
+    ));
+    table.push_str(&format!(
+        "| pairing ({paired_services} StormServices each, prefill and decode in one group, vs the same fleet unpaired in the same run): API write requests per StormService, create / roll | {:.1} / {:.1} vs {:.1} / {:.1}: {:+.1} / {:+.1} |\n",
+        paired.create,
+        paired.roll,
+        unpaired.create,
+        unpaired.roll,
+        paired.create - unpaired.create,
+        paired.roll - unpaired.roll
+    ));
+    table.push_str(&format!(
+        "| pairing: what the create's were, per StormService, paired / unpaired | {} / {} |\n",
+        paired.create_by, unpaired.create_by
+    ));
+    table.push_str(&format!(
+        "| pairing: what the roll's were, per StormService, paired / unpaired | {} / {} |\n",
+        paired.roll_by, unpaired.roll_by
+    ));
+    table.push_str(&format!(
+        "| pairing: gate writes (pods/status patches) per pod in the roll (goal ≤ 1) | {:.2} |\n",
+        paired.roll_gates_per_pod
     ));
     println!("\n{table}");
     let out = e2e::workspace_root().join("target/bench");

@@ -9,6 +9,7 @@
 //! `Interleave` ordering, holding back a role's `rollout.partition`
 //! (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,30 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
+/// The pairing conditions this controller wrote on the RoleSet's pods (and its gangs') that
+/// the cache does not show yet, when roles are paired.
+fn written_gates(
+    roleset: &RoleSet,
+    key: &str,
+    pods: &[Arc<CachedPod>],
+    gang_pods: &[Arc<CachedPod>],
+    ctx: &Context,
+) -> BTreeMap<String, bool> {
+    if roleset.spec.pairing.as_ref().is_none_or(Vec::is_empty) {
+        return BTreeMap::new();
+    }
+    let seen: HashMap<&str, Option<bool>> = pods
+        .iter()
+        .chain(gang_pods)
+        .filter_map(|pod| {
+            let gate = pod.condition(CONDITION_PAIRING_SERVABLE);
+            Some((pod.metadata.name.as_deref()?, gate.map(|s| s == "True")))
+        })
+        .collect();
+    ctx.expectations
+        .observe_gates(key, |name| seen.get(name).copied())
+}
+
 /// The pods of its PodSets, when roles are paired: a paired gang's gate is on them
 /// (docs/rollouts.md#pairing). Each PodSet's by owner UID, from the cache's index.
 fn paired_gang_pods(
@@ -104,6 +129,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let podsets = owned_podsets(roleset, ctx);
     let gang_pods = paired_gang_pods(roleset, &podsets, ctx);
     let key = Context::key(roleset);
+    let written_gates = written_gates(roleset, &key, &pods, &gang_pods, ctx);
     let roles = role_children(roleset, &pods, &podsets);
     let mut pending = Vec::with_capacity(roles.len());
     let mut stable = Vec::with_capacity(roles.len());
@@ -140,6 +166,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         pods: &pods,
         podsets: &podsets,
         gang_pods: &gang_pods,
+        written_gates: &written_gates,
         roles,
         pending,
         stable,
@@ -157,6 +184,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     // Gates first: a pod stops serving before the partner it relies on goes.
     for (name, servable) in &pass.gates {
         set_pairing_condition(&pod_writes, name, *servable, now).await?;
+        ctx.expectations.expect_gate(&key, name, *servable);
     }
     let pod_uids = uids(pods.iter().map(|p| &**p));
     let podset_uids = uids(podsets.iter().map(|p| &**p));

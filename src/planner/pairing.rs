@@ -35,15 +35,19 @@ pub fn group_indexes(groups: &[PairingGroup], roles: &[&RoleSpec]) -> Vec<Vec<us
 /// What pairing reads of the RoleSet's live pods of paired roles, and of its multi-node
 /// roles' live PodSets: a gang is one unit (named after its PodSet), up when each of its
 /// `podGroupSize` pods is, Ready when each is, its gate the same on all of them.
-/// `gang_pods` are the pods of the RoleSet's PodSets. Only a pod that has no pairing
-/// condition yet has its spec read (for the gate): squall writes the condition only on
-/// gated pods.
+/// `gang_pods` are the pods of the RoleSet's PodSets; `written`, the pairing conditions
+/// written that the cache does not show yet (a False one with its Ready False). Only a pod
+/// that has no pairing condition yet has its spec read (for the gate): squall writes the
+/// condition only on gated pods.
 pub fn paired_pods<'a>(
     groups: &[PairingGroup],
     pods: &'a [Arc<CachedPod>],
     podsets: &'a [Arc<PodSet>],
     gang_pods: &'a [Arc<CachedPod>],
+    written: &BTreeMap<String, bool>,
 ) -> Vec<PairedPod<'a>> {
+    let servable = |pod: &CachedPod| gate(pod, written);
+    let ready = |pod: &CachedPod| pod.ready() && gate(pod, written) != Some(false);
     let paired_role = |labels: &'a BTreeMap<String, String>| {
         let role = labels.get(LABEL_ROLE_NAME)?;
         groups
@@ -73,10 +77,11 @@ pub fn paired_pods<'a>(
             role,
             key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
             up: up(pod),
-            ready: pod.ready(),
+            ready: ready(pod),
             gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
             servable,
             split: false,
+            stuck: stuck(pod),
         })
     });
     let gangs = podsets.iter().filter_map(|podset| {
@@ -93,21 +98,38 @@ pub fn paired_pods<'a>(
             role,
             key: podset.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
             up: whole && gang.iter().all(|p| up(p)),
-            ready: whole && gang.iter().all(|p| p.ready()),
+            ready: whole && gang.iter().all(|p| ready(p)),
             gated: gang
                 .iter()
                 .any(|p| servable(p).is_some() || p.has_readiness_gate(CONDITION_PAIRING_SERVABLE)),
             servable: gates.iter().next().copied().flatten(),
             split: gates.len() > 1,
+            stuck: gang.iter().any(|p| stuck(p)),
         })
     });
     single.chain(gangs).collect()
 }
 
-/// A pod's pairing condition; None while absent.
-fn servable(pod: &CachedPod) -> Option<bool> {
-    pod.condition(CONDITION_PAIRING_SERVABLE)
-        .map(|s| s == "True")
+/// A pod's pairing condition, as written when the cache does not show it yet; None while
+/// absent.
+fn gate(pod: &CachedPod, written: &BTreeMap<String, bool>) -> Option<bool> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    written.get(name).copied().or_else(|| {
+        pod.condition(CONDITION_PAIRING_SERVABLE)
+            .map(|s| s == "True")
+    })
+}
+
+/// It cannot start as it is: the scheduler found no node, it failed, or a container restarts
+/// without turning ready.
+fn stuck(pod: &CachedPod) -> bool {
+    pod.condition("PodScheduled") == Some("False")
+        || pod.phase() == Some("Failed")
+        || pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| c.iter().any(|c| !c.ready && c.restart_count > 0))
 }
 
 /// Its containers are ready, it runs (or is about to) and no in-place move runs on it.
@@ -127,6 +149,7 @@ pub fn gate_writes(
     servable: bool,
     podsets: &[Arc<PodSet>],
     gang_pods: &[Arc<CachedPod>],
+    written: &BTreeMap<String, bool>,
 ) -> Vec<String> {
     if !podsets
         .iter()
@@ -138,7 +161,7 @@ pub fn gate_writes(
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| p.labels().get(LABEL_PODSET_NAME).map(String::as_str) == Some(unit))
-        .filter(|p| self::servable(p).unwrap_or(false) != servable)
+        .filter(|p| gate(p, written).unwrap_or(false) != servable)
         .filter_map(|p| p.metadata.name.clone())
         .collect()
 }
@@ -230,6 +253,9 @@ pub struct PairedPod<'a> {
     pub servable: Option<bool>,
     /// A gang whose pods' conditions disagree: written whatever it should say.
     pub split: bool,
+    /// It cannot start as it is: unschedulable, failed, or a container restarting while not
+    /// ready (a gang: any of its pods).
+    pub stuck: bool,
 }
 
 /// Which pods of a routing domain serve once the pods in `going` are gone: a gated pod is
@@ -432,7 +458,8 @@ pub struct PairingReport {
     /// Per key (sorted, at most [`MAX_PAIRING_KEYS_REPORTED`]): its pods and serving pods by
     /// role of its group, and its skew.
     pub keys: Vec<PairingKeyStatus>,
-    /// Keys with a pod up that wait for a role with none up: what they wait for.
+    /// Keys with a pod up that wait for a role none of whose pods is up and some of which
+    /// cannot start: what they wait for.
     pub waiting: Vec<String>,
 }
 
@@ -442,6 +469,7 @@ struct RoleCount {
     live: u32,
     up: u32,
     serving: u32,
+    stuck: u32,
 }
 
 /// What each key serves in a routing domain, and which keys wait for a role, from the pods
@@ -466,18 +494,21 @@ pub fn report(
         entry.live += 1;
         entry.up += u32::from(pod.up);
         entry.serving += u32::from(pod.ready);
+        entry.stuck += u32::from(pod.stuck);
     }
     let mut report = PairingReport::default();
     for ((key, group), roles) in counts {
         let names = &groups[group].roles;
-        // A key being rolled to waits for a role whose pods of it are not up; a key whose
-        // last pods of a role are gone is an old one winding down.
+        // A key being rolled to waits for a role none of whose pods of it is up and some of
+        // which cannot start — a partner starting as usual is no news (nor a status write),
+        // and a key whose last pods of a role are gone is an old one winding down.
         if roles.iter().any(|r| r.up > 0) {
             for (name, role) in names.iter().zip(&roles) {
-                if role.up == 0 && role.live > 0 {
+                if role.up == 0 && role.stuck > 0 {
                     report.waiting.push(format!(
-                        "key {key} waits for role {name} (none of its {} pods up)",
-                        role.live
+                        "key {key} waits for role {name}: none of its {} pods up, {} cannot \
+                         start (unschedulable, failed or restarting)",
+                        role.live, role.stuck
                     ));
                 }
             }
@@ -553,6 +584,7 @@ mod tests {
             gated: true,
             servable: Some(up),
             split: false,
+            stuck: false,
         }
     }
 
@@ -695,7 +727,7 @@ mod tests {
         )];
         let prefill = [cached("p", "prefill", None, true, Some("False"))];
         let decide = |gang: &[Arc<CachedPod>]| -> Vec<(String, bool)> {
-            let paired = paired_pods(&groups, &prefill, &podsets, gang);
+            let paired = paired_pods(&groups, &prefill, &podsets, gang, &BTreeMap::new());
             let decided = pass(
                 &groups,
                 &paired,
@@ -708,7 +740,7 @@ mod tests {
                 .gates
                 .iter()
                 .flat_map(|(unit, servable)| {
-                    gate_writes(unit, *servable, &podsets, gang)
+                    gate_writes(unit, *servable, &podsets, gang, &BTreeMap::new())
                         .into_iter()
                         .map(|pod| (pod, *servable))
                 })
@@ -850,8 +882,6 @@ mod tests {
         assert_eq!(lockstep_caps(&[p(2, 2), p(8, 8)]), [2, 8]);
     }
 
-    /// A RoleSet's paired roles rolled out pass by pass against a model kubelet: Ready is
-    /// `ContainersReady` and every gate, containers start in an order the test draws.
     #[test]
     fn the_report_counts_each_keys_serving_pods_by_role_and_names_the_role_a_key_waits_for() {
         let groups = [group(&["prefill", "decode"])];
@@ -862,6 +892,7 @@ mod tests {
         };
         let stuck = PairedPod {
             up: false,
+            stuck: true,
             ..starting("d-new", "decode")
         };
         let pods = [
@@ -900,10 +931,16 @@ mod tests {
         assert_eq!((reported.keys[0].skew, reported.keys[1].skew), (0, 1));
         assert_eq!(
             reported.waiting,
-            ["key new waits for role decode (none of its 1 pods up)"]
+            [
+                "key new waits for role decode: none of its 1 pods up, 1 cannot start \
+              (unschedulable, failed or restarting)"
+            ]
         );
-        // Once the decode is up, nothing waits; nor does an old key whose last decode is gone.
+        // A decode starting as usual is no news.
         let mut pods = pods;
+        pods[5].stuck = false;
+        assert!(report(&groups, &pods, &desired).waiting.is_empty());
+        // Once the decode is up, nothing waits; nor does an old key whose last decode is gone.
         pods[5].up = true;
         assert!(report(&groups, &pods, &desired).waiting.is_empty());
         let winding_down = [pods[0].clone(), pods[4].clone(), pods[5].clone()];
@@ -941,6 +978,8 @@ mod tests {
         }
     }
 
+    /// A RoleSet's paired roles rolled out pass by pass against a model kubelet: Ready is
+    /// `ContainersReady` and every gate, containers start in an order the test draws.
     mod rollout {
         use super::*;
         use crate::api::RoleSetUpdateStrategy;
@@ -1017,6 +1056,7 @@ mod tests {
                     gated: true,
                     servable: p.servable,
                     split: false,
+                    stuck: false,
                 })
                 .collect()
         }

@@ -1,5 +1,7 @@
-//! Creates and deletes issued and not yet observed, per owner and role: a lagging cache
-//! never makes a pass create or delete a child twice (docs/architecture.md#one-reconcile).
+//! Creates and deletes issued and not yet observed, per owner and role, and pairing
+//! conditions written and not yet observed, per owner: a lagging cache never makes a pass
+//! create or delete a child twice, or write a pod's gate twice
+//! (docs/architecture.md#one-reconcile).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -43,9 +45,16 @@ impl Expectation {
     }
 }
 
-/// The expectations of one controller, by (owner UID, role).
+/// Pairing conditions written for one owner: pod name → the status written, and when.
+type WrittenGates = BTreeMap<String, (bool, Instant)>;
+
+/// The expectations of one controller: children by (owner UID, role), and pairing
+/// conditions by owner UID.
 #[derive(Debug, Default)]
-pub struct Expectations(Mutex<HashMap<(String, String), Expectation>>);
+pub struct Expectations {
+    children: Mutex<HashMap<(String, String), Expectation>>,
+    gates: Mutex<HashMap<String, WrittenGates>>,
+}
 
 impl Expectations {
     /// Settles expectations against the children observed now (name, terminating) and
@@ -56,7 +65,7 @@ impl Expectations {
         role: &str,
         seen: impl IntoIterator<Item = (String, bool)>,
     ) -> Expectation {
-        let mut all = self.0.lock().expect("expectations lock");
+        let mut all = self.children.lock().expect("expectations lock");
         let entry = all
             .entry((owner.to_string(), role.to_string()))
             .or_default();
@@ -81,7 +90,7 @@ impl Expectations {
     }
 
     fn touch(&self, owner: &str, role: &str, update: impl FnOnce(&mut Expectation)) {
-        let mut all = self.0.lock().expect("expectations lock");
+        let mut all = self.children.lock().expect("expectations lock");
         let entry = all
             .entry((owner.to_string(), role.to_string()))
             .or_default();
@@ -105,18 +114,79 @@ impl Expectations {
         });
     }
 
+    /// Records a pairing condition (`servable`) the API server accepted on `pod`.
+    pub fn expect_gate(&self, owner: &str, pod: &str, servable: bool) {
+        self.gates
+            .lock()
+            .expect("expectations lock")
+            .entry(owner.to_string())
+            .or_default()
+            .insert(pod.to_string(), (servable, Instant::now()));
+    }
+
+    /// Settles the pairing conditions written for `owner` against the ones observed now
+    /// (`seen`: a pod's condition, None for a pod no longer seen) and returns those still
+    /// unobserved: the pass plans as if the cache showed them.
+    pub fn observe_gates(
+        &self,
+        owner: &str,
+        seen: impl Fn(&str) -> Option<Option<bool>>,
+    ) -> BTreeMap<String, bool> {
+        let mut all = self.gates.lock().expect("expectations lock");
+        let Some(written) = all.get_mut(owner) else {
+            return BTreeMap::new();
+        };
+        written.retain(|pod, (servable, at)| {
+            seen(pod).is_some_and(|now| now != Some(*servable))
+                && at.elapsed() <= EXPECTATION_TIMEOUT
+        });
+        let pending = written
+            .iter()
+            .map(|(pod, (servable, _))| (pod.clone(), *servable))
+            .collect();
+        if written.is_empty() {
+            all.remove(owner);
+        }
+        pending
+    }
+
     /// Drops everything recorded for the owner with UID `owner`.
     pub fn forget(&self, owner: &str) {
-        self.0
+        self.children
             .lock()
             .expect("expectations lock")
             .retain(|(o, _), _| o != owner);
+        self.gates.lock().expect("expectations lock").remove(owner);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_written_gate_is_pending_until_observed_its_pod_is_gone_or_it_times_out() {
+        let expectations = Expectations::default();
+        expectations.expect_gate("owner", "a", true);
+        expectations.expect_gate("owner", "b", false);
+        expectations.expect_gate("owner", "c", true);
+        let cache = |pod: &str| match pod {
+            "a" => Some(None),
+            "b" => Some(Some(false)),
+            _ => None,
+        };
+        assert_eq!(
+            expectations.observe_gates("owner", cache),
+            BTreeMap::from([("a".to_string(), true)]),
+            "b is observed and c is gone"
+        );
+        assert!(expectations.observe_gates("other", cache).is_empty());
+        tokio::time::advance(EXPECTATION_TIMEOUT + Duration::from_secs(1)).await;
+        assert!(expectations.observe_gates("owner", cache).is_empty());
+        expectations.expect_gate("owner", "a", true);
+        expectations.forget("owner");
+        assert!(expectations.observe_gates("owner", cache).is_empty());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn issued_changes_are_pending_until_observed_or_until_they_time_out() {

@@ -70,6 +70,8 @@ pub struct PassInput<'a> {
     pub podsets: &'a [Arc<PodSet>],
     /// The pods of its PodSets, as cached, when roles are paired (a gang's gate is on them).
     pub gang_pods: &'a [Arc<CachedPod>],
+    /// Pairing conditions written that the cache does not show yet, by pod.
+    pub written_gates: &'a BTreeMap<String, bool>,
     /// [`role_children`](children::role_children) of this RoleSet.
     pub roles: Vec<RoleChildren>,
     /// By role, aligned with `roles`.
@@ -275,11 +277,12 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let groups = group_indexes(pairing, &specs);
     let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
     if !groups.is_empty() {
-        let paired = paired_pods(pairing, input_pods, input_podsets, input.gang_pods);
+        let written = input.written_gates;
+        let paired = paired_pods(pairing, input_pods, input_podsets, input.gang_pods, written);
         pass.gates = pair_removals(pairing, &paired, &pass.inputs, &mut actions)
             .into_iter()
             .flat_map(|(unit, servable)| {
-                pairing::gate_writes(&unit, servable, input_podsets, input.gang_pods)
+                pairing::gate_writes(&unit, servable, input_podsets, input.gang_pods, written)
                     .into_iter()
                     .map(move |pod| (pod, servable))
             })
@@ -728,6 +731,7 @@ mod tests {
             pods: &pods,
             podsets,
             gang_pods: &[],
+            written_gates: &BTreeMap::new(),
             roles,
             pending: vec![Pending::default(); n],
             stable: vec![None; n],
@@ -817,6 +821,7 @@ mod tests {
             pods: &[],
             podsets: &[],
             gang_pods: &[],
+            written_gates: &BTreeMap::new(),
             roles,
             pending: vec![Pending::default(); 2],
             stable: vec![None, Some(Err("not found".into()))],
@@ -1067,6 +1072,7 @@ mod tests {
             pods: &[],
             podsets: &[],
             gang_pods: &[],
+            written_gates: &BTreeMap::new(),
             roles,
             pending: vec![Pending::default(); 2],
             stable: vec![Some(Ok(revision)), None],
