@@ -35,15 +35,14 @@ pub fn group_indexes(groups: &[PairingGroup], roles: &[&RoleSpec]) -> Vec<Vec<us
 /// What pairing reads of the RoleSet's live pods of paired roles, and of its multi-node
 /// roles' live PodSets: a gang is one unit (named after its PodSet), up when each of its
 /// `podGroupSize` pods is, Ready when each is, its gate the same on all of them.
-/// `gang_pods` are the pods of the RoleSet's PodSets; `written`, the pairing conditions
-/// written that the cache does not show yet (a False one with its Ready False). Only a pod
-/// that has no pairing condition yet has its spec read (for the gate): squall writes the
-/// condition only on gated pods.
+/// `written` are the pairing conditions written that the cache does not show yet (a False
+/// one with its Ready False). Only a pod that has no pairing condition yet has its spec read
+/// (for the gate): squall writes the condition only on gated pods.
 pub fn paired_pods<'a>(
     groups: &[PairingGroup],
     pods: &'a [Arc<CachedPod>],
     podsets: &'a [Arc<PodSet>],
-    gang_pods: &'a [Arc<CachedPod>],
+    gangs: &Gangs<'a>,
     written: &BTreeMap<String, bool>,
 ) -> Vec<PairedPod<'a>> {
     let servable = |pod: &CachedPod| gate(pod, written);
@@ -55,15 +54,6 @@ pub fn paired_pods<'a>(
             .any(|g| g.roles.contains(role))
             .then_some(role.as_str())
     };
-    let mut members: BTreeMap<&str, Vec<&CachedPod>> = BTreeMap::new();
-    for pod in gang_pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        if let Some(podset) = pod.labels().get(LABEL_PODSET_NAME) {
-            members.entry(podset).or_default().push(pod);
-        }
-    }
     let single = pods.iter().filter_map(|pod| {
         // A terminating pod serves no more (its endpoint says so): nothing to decide or
         // write for it.
@@ -84,13 +74,13 @@ pub fn paired_pods<'a>(
             stuck: stuck(pod),
         })
     });
-    let gangs = podsets.iter().filter_map(|podset| {
+    let multi_node = podsets.iter().filter_map(|podset| {
         if podset.metadata.deletion_timestamp.is_some() {
             return None;
         }
         let role = paired_role(podset.labels())?;
         let name = podset.metadata.name.as_deref()?;
-        let gang = members.get(name).map(Vec::as_slice).unwrap_or_default();
+        let gang = gangs.members(name).unwrap_or_default();
         let whole = gang.len() == usize::try_from(podset.spec.pod_group_size).unwrap_or(0);
         let gates: BTreeSet<Option<bool>> = gang.iter().map(|p| servable(p)).collect();
         Some(PairedPod {
@@ -107,7 +97,7 @@ pub fn paired_pods<'a>(
             stuck: gang.iter().any(|p| stuck(p)),
         })
     });
-    single.chain(gangs).collect()
+    single.chain(multi_node).collect()
 }
 
 /// A pod's pairing condition, as written when the cache does not show it yet; None while
@@ -142,25 +132,47 @@ fn up(pod: &CachedPod) -> bool {
             .contains_key(ANNOTATION_IN_PLACE_TARGET_HASH)
 }
 
+/// A RoleSet's PodSets' live pods, by PodSet: one look-up per gang, however many.
+#[derive(Debug, Default)]
+pub struct Gangs<'a>(BTreeMap<&'a str, Vec<&'a CachedPod>>);
+
+impl<'a> Gangs<'a> {
+    /// `gang_pods` by the PodSet of `podsets` they belong to (by its label).
+    pub fn new(podsets: &'a [Arc<PodSet>], gang_pods: &'a [Arc<CachedPod>]) -> Self {
+        let mut members: BTreeMap<&str, Vec<&CachedPod>> = podsets
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.as_deref()?, Vec::new())))
+            .collect();
+        for pod in gang_pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            let podset = pod.labels().get(LABEL_PODSET_NAME).map(String::as_str);
+            if let Some(pods) = podset.and_then(|name| members.get_mut(name)) {
+                pods.push(pod);
+            }
+        }
+        Self(members)
+    }
+
+    /// The live pods of PodSet `name`; None when it is not a PodSet.
+    fn members(&self, name: &str) -> Option<&[&'a CachedPod]> {
+        self.0.get(name).map(Vec::as_slice)
+    }
+}
+
 /// The pods whose pairing condition a gate decision on `unit` writes: the pod itself, or a
 /// gang's pods whose condition is not `servable` yet.
 pub fn gate_writes(
     unit: &str,
     servable: bool,
-    podsets: &[Arc<PodSet>],
-    gang_pods: &[Arc<CachedPod>],
+    gangs: &Gangs<'_>,
     written: &BTreeMap<String, bool>,
 ) -> Vec<String> {
-    if !podsets
-        .iter()
-        .any(|p| p.metadata.name.as_deref() == Some(unit))
-    {
+    let Some(gang) = gangs.members(unit) else {
         return vec![unit.to_string()];
-    }
-    gang_pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.labels().get(LABEL_PODSET_NAME).map(String::as_str) == Some(unit))
+    };
+    gang.iter()
         .filter(|p| gate(p, written).unwrap_or(false) != servable)
         .filter_map(|p| p.metadata.name.clone())
         .collect()
@@ -727,7 +739,8 @@ mod tests {
         )];
         let prefill = [cached("p", "prefill", None, true, Some("False"))];
         let decide = |gang: &[Arc<CachedPod>]| -> Vec<(String, bool)> {
-            let paired = paired_pods(&groups, &prefill, &podsets, gang, &BTreeMap::new());
+            let gangs = Gangs::new(&podsets, gang);
+            let paired = paired_pods(&groups, &prefill, &podsets, &gangs, &BTreeMap::new());
             let decided = pass(
                 &groups,
                 &paired,
@@ -740,7 +753,7 @@ mod tests {
                 .gates
                 .iter()
                 .flat_map(|(unit, servable)| {
-                    gate_writes(unit, *servable, &podsets, gang, &BTreeMap::new())
+                    gate_writes(unit, *servable, &gangs, &BTreeMap::new())
                         .into_iter()
                         .map(|pod| (pod, *servable))
                 })
@@ -1007,9 +1020,14 @@ mod tests {
             in_place: bool,
         }
 
+        /// A role's pods a pooled canary at `weight` % keeps on the stable template.
+        fn partition(role: &Role, weight: u32) -> u32 {
+            role.desired - (role.desired * weight).div_ceil(100)
+        }
+
         const ROLES: [&str; 3] = ["prefill", "decode", "router"];
 
-        fn inputs(roles: &[Role], pods: &[Pod]) -> Vec<RoleInput> {
+        fn inputs(roles: &[Role], pods: &[Pod], partitions: &[u32]) -> Vec<RoleInput> {
             roles
                 .iter()
                 .enumerate()
@@ -1039,6 +1057,8 @@ mod tests {
                         })
                         .collect(),
                     in_place: role.in_place,
+                    partition: partitions[i],
+                    stable_hash: (partitions[i] > 0).then(|| "old".into()),
                     ..RoleInput::default()
                 })
                 .collect()
@@ -1114,11 +1134,11 @@ mod tests {
 
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(200))]
-            /// docs/rollouts.md#pairing: whatever the group's sizes, ratios, budgets and
-            /// strategy, whichever containers start first and whichever of the kubelet's
-            /// changes the controller has not observed yet, no pod serves without a partner
-            /// of its key, no role exceeds `desired + maxSurge`, gate writes are idempotent,
-            /// and the rollout completes.
+            /// docs/rollouts.md#pairing: whatever the group's sizes, ratios, budgets,
+            /// strategy and canary weight, whichever containers start first and whichever of
+            /// the kubelet's changes the controller has not observed yet, no pod serves
+            /// without a partner of its key, no role exceeds `desired + maxSurge`, gate writes
+            /// are idempotent, and the rollout completes (to the weight).
             #[test]
             fn a_paired_rollout_never_serves_unpartnered_and_completes(
                 roles in prop::collection::vec(arb_role(), 2..4),
@@ -1130,6 +1150,7 @@ mod tests {
                 ]),
                 starts in prop::collection::vec(any::<u16>(), 64),
                 stale in prop::collection::vec(any::<u16>(), 64),
+                weight in prop::sample::select(vec![100u32, 100, 25, 50, 75, 10]),
             ) {
                 let group = group.min(roles.len());
                 let groups = [PairingGroup {
@@ -1148,13 +1169,20 @@ mod tests {
                             created: 0 });
                     }
                 }
+                // A weight that moves a group role whole while a partner keeps stable pods
+                // moves the group whole (the StormService's pooled spec does so).
+                let kept: Vec<u32> = roles[..group].iter().map(|r| partition(r, weight)).collect();
+                let key_split = kept.contains(&0) && kept.iter().any(|&k| k > 0);
+                let partitions: Vec<u32> = roles.iter().enumerate()
+                    .map(|(i, r)| if i < group && key_split { 0 } else { partition(r, weight) })
+                    .collect();
                 let unavoidable = roles[..group].iter()
                     .any(|r| r.desired == 1 && (r.surge == 0 || r.in_place));
                 let mut done = false;
                 let mut lagging: BTreeMap<String, (bool, bool)> = BTreeMap::new();
                 for pass in 0..400usize {
                     let view = observed(&pods, &lagging);
-                    let inputs = inputs(&roles, &view);
+                    let inputs = inputs(&roles, &view, &partitions);
                     let mut actions = plan(strategy, &inputs, &sequence, &indexes);
                     let floors: BTreeMap<String, u32> = inputs[..group].iter()
                         .map(|r| (r.name.clone(), r.desired.saturating_sub(r.budgets.max_unavailable)))
@@ -1192,9 +1220,11 @@ mod tests {
                             pod.moving = false;
                             pod.hash = "new";
                         }
-                        for _ in 0..action.creates() {
+                        let hashes = std::iter::repeat_n("new", action.create as usize)
+                            .chain(std::iter::repeat_n("old", action.create_stable as usize));
+                        for hash in hashes {
                             serial += 1;
-                            pods.push(Pod { name: format!("{}-{serial}", ROLES[i]), role: i, hash: "new",
+                            pods.push(Pod { name: format!("{}-{serial}", ROLES[i]), role: i, hash,
                                 containers_ready: false, servable: None, ready: false, moving: false,
                                 created: pass as i64 + 1 });
                         }
@@ -1230,9 +1260,14 @@ mod tests {
                             && (!gated || pod.servable == Some(true));
                     }
                     partnered(&pods, group).map_err(|e| TestCaseError::fail(format!("pass {pass}, kubelet: {e}")))?;
+                    // Done at the weight: each role's share on the new template and the rest on
+                    // the stable one, every pod serving whose key is whole.
                     let finished = roles.iter().enumerate().all(|(i, role)| {
                         let of: Vec<&Pod> = pods.iter().filter(|p| p.role == i).collect();
-                        of.len() as u32 == role.desired && of.iter().all(|p| p.hash == "new" && p.ready)
+                        let stable = of.iter().filter(|p| p.hash == "old").count() as u32;
+                        of.len() as u32 == role.desired
+                            && stable == partitions[i]
+                            && of.iter().all(|p| p.ready)
                     });
                     if finished {
                         done = true;

@@ -278,11 +278,12 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
     if !groups.is_empty() {
         let written = input.written_gates;
-        let paired = paired_pods(pairing, input_pods, input_podsets, input.gang_pods, written);
+        let gangs = pairing::Gangs::new(input_podsets, input.gang_pods);
+        let paired = paired_pods(pairing, input_pods, input_podsets, &gangs, written);
         pass.gates = pair_removals(pairing, &paired, &pass.inputs, &mut actions)
             .into_iter()
             .flat_map(|(unit, servable)| {
-                pairing::gate_writes(&unit, servable, input_podsets, input.gang_pods, written)
+                pairing::gate_writes(&unit, servable, &gangs, written)
                     .into_iter()
                     .map(move |pod| (pod, servable))
             })

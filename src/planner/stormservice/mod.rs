@@ -496,7 +496,35 @@ fn pooled_spec(
             stable_revision: Some(stable_revision.to_string()),
         });
     }
+    whole_groups(&mut spec);
     spec
+}
+
+/// A pairing group whose weight moves some role whole (a one-pod role at any weight) while
+/// a partner keeps stable pods moves whole: the stable key would have no pod of that role,
+/// so the partner's stable pods could not serve (docs/rollouts.md#rollouts-of-a-group).
+fn whole_groups(spec: &mut crate::api::RoleSetSpec) {
+    let partition =
+        |role: &crate::api::RoleSpec| role.rollout.as_ref().and_then(|r| r.partition).unwrap_or(0);
+    let groups = spec.pairing.clone().unwrap_or_default();
+    for group in groups {
+        let roles = || {
+            spec.roles
+                .iter()
+                .flatten()
+                .filter(|r| group.roles.contains(&r.name))
+        };
+        let kept: Vec<i32> = roles().map(partition).collect();
+        if !(kept.contains(&0) && kept.iter().any(|&k| k > 0)) {
+            continue;
+        }
+        for role in spec.roles.iter_mut().flatten() {
+            if let (true, Some(rollout)) = (group.roles.contains(&role.name), role.rollout.as_mut())
+            {
+                rollout.partition = Some(0);
+            }
+        }
+    }
 }
 
 /// `canaryStatus.roles` (docs/rollouts.md#status): per role, what the step moves and how far it got
@@ -908,6 +936,37 @@ mod tests {
             router.rollout.is_none(),
             "an unchanged role keeps nothing back"
         );
+    }
+
+    #[test]
+    fn a_pairing_group_a_weight_would_split_moves_whole_and_others_keep_their_partition() {
+        let spec = |partitions: [i32; 3]| -> crate::api::RoleSetSpec {
+            let roles: Vec<serde_json::Value> = ["prefill", "decode", "router"]
+                .iter()
+                .zip(partitions)
+                .map(|(name, partition)| json!({"name": name, "rollout": {"partition": partition}}))
+                .collect();
+            serde_json::from_value(json!({
+                "roles": roles,
+                "pairing": [{"roles": ["prefill", "decode"]}],
+            }))
+            .unwrap()
+        };
+        let partitions = |spec: &crate::api::RoleSetSpec| -> Vec<Option<i32>> {
+            spec.roles
+                .iter()
+                .flatten()
+                .map(|r| r.rollout.as_ref().and_then(|r| r.partition))
+                .collect()
+        };
+        // A one-pod prefill moves at any weight; decode would keep 3 stable pods no prefill
+        // of their key could serve with.
+        let mut split = spec([0, 3, 1]);
+        whole_groups(&mut split);
+        assert_eq!(partitions(&split), [Some(0), Some(0), Some(1)]);
+        let mut kept = spec([1, 3, 1]);
+        whole_groups(&mut kept);
+        assert_eq!(partitions(&kept), [Some(1), Some(3), Some(1)]);
     }
 
     proptest::proptest! {
