@@ -277,23 +277,13 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let groups = group_indexes(pairing, &specs);
     let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
     if !groups.is_empty() {
-        let written = input.written_gates;
-        let gangs = pairing::Gangs::new(input_podsets, input.gang_pods);
-        let paired = paired_pods(pairing, input_pods, input_podsets, &gangs, written);
-        pass.gates = pair_removals(pairing, &paired, &pass.inputs, &mut actions)
-            .into_iter()
-            .flat_map(|(unit, servable)| {
-                pairing::gate_writes(&unit, servable, &gangs, written)
-                    .into_iter()
-                    .map(move |pod| (pod, servable))
-            })
-            .collect();
-        let desired = pass
-            .inputs
-            .iter()
-            .map(|r| (r.name.clone(), r.desired))
-            .collect();
-        pass.pairing = Some(pairing::report(pairing, &paired, &desired));
+        let observed = Observed {
+            pods: input_pods,
+            podsets: input_podsets,
+            gang_pods: input.gang_pods,
+            written_gates: input.written_gates,
+        };
+        (pass.gates, pass.pairing) = pair(pairing, &observed, &pass.inputs, &mut actions);
     }
     for ((((role, input), stable), action), adopted) in specs
         .iter()
@@ -336,7 +326,38 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass
 }
 
-/// Pairing's part of the pass (docs/rollouts.md#pairing): holds back the removals in
+/// What pairing reads of a pass's input.
+struct Observed<'a> {
+    pods: &'a [Arc<CachedPod>],
+    podsets: &'a [Arc<PodSet>],
+    gang_pods: &'a [Arc<CachedPod>],
+    written_gates: &'a BTreeMap<String, bool>,
+}
+
+/// Pairing's part of the pass (docs/rollouts.md#pairing): the removals in `actions` held
+/// back, the gate writes by pod (a gang's on each of its pods) and what the keys serve.
+fn pair(
+    groups: &[PairingGroup],
+    input: &Observed<'_>,
+    roles: &[RoleInput],
+    actions: &mut [RoleAction],
+) -> (Vec<(String, bool)>, Option<pairing::PairingReport>) {
+    let written = input.written_gates;
+    let gangs = pairing::Gangs::new(input.podsets, input.gang_pods);
+    let paired = paired_pods(groups, input.pods, input.podsets, &gangs, written);
+    let gates = pair_removals(groups, &paired, roles, actions)
+        .into_iter()
+        .flat_map(|(unit, servable)| {
+            pairing::gate_writes(&unit, servable, &gangs, written)
+                .into_iter()
+                .map(move |pod| (pod, servable))
+        })
+        .collect();
+    let desired = roles.iter().map(|r| (r.name.clone(), r.desired)).collect();
+    (gates, Some(pairing::report(groups, &paired, &desired)))
+}
+
+/// Holds back the removals in
 /// `actions` that would leave a partner role serving below its floor, and returns the gates
 /// (by pod, or by gang).
 fn pair_removals(
