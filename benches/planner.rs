@@ -67,6 +67,8 @@ fn role_inputs() -> Vec<RoleInput> {
                     running: true,
                     terminating: false,
                     ready: i % 17 != 3,
+                    available: i % 17 != 3,
+                    available_at: None,
                     created: i64::from(i),
                     slot: None,
                     in_place_target: None,

@@ -544,6 +544,7 @@ fn stormservice_spec<'a>(s: &mut Scanner<'a>) -> Option<StormServiceSpecView<'a>
     let (mut replicas, mut selector, mut stateful, mut template) = (None, None, None, None);
     let (mut update_strategy, mut revision_history_limit, mut paused) = (None, None, None);
     let (mut disruption_tolerance, mut progress_deadline_seconds) = (None, None);
+    let mut min_ready_seconds = None;
     s.object(|s, key| {
         match key {
             "replicas" => (seen.first(0)?, replicas = s.nullable(Scanner::i32)?),
@@ -564,6 +565,10 @@ fn stormservice_spec<'a>(s: &mut Scanner<'a>) -> Option<StormServiceSpecView<'a>
                 seen.first(8)?,
                 progress_deadline_seconds = s.nullable(Scanner::i32)?,
             ),
+            "minReadySeconds" => (
+                seen.first(9)?,
+                min_ready_seconds = s.nullable(Scanner::i32)?,
+            ),
             _ => (s.skip()?, ()),
         };
         Some(())
@@ -579,6 +584,7 @@ fn stormservice_spec<'a>(s: &mut Scanner<'a>) -> Option<StormServiceSpecView<'a>
         paused,
         disruption_tolerance,
         progress_deadline_seconds,
+        min_ready_seconds,
     })
 }
 
@@ -725,6 +731,7 @@ fn roleset_spec<'a>(s: &mut Scanner<'a>) -> Option<RoleSetSpecView<'a>> {
         scheduling_strategy: None,
         topology_policy: None,
         pairing: None,
+        min_ready_seconds: None,
     };
     s.object(|s, key| {
         match key {
@@ -745,6 +752,10 @@ fn roleset_spec<'a>(s: &mut Scanner<'a>) -> Option<RoleSetSpecView<'a>> {
                 spec.scheduling_strategy = s.nullable(scheduling)?,
             ),
             "topologyPolicy" => (seen.first(3)?, spec.topology_policy = s.present()?),
+            "minReadySeconds" => (
+                seen.first(4)?,
+                spec.min_ready_seconds = s.nullable(Scanner::i32)?,
+            ),
             _ => (s.skip()?, ()),
         };
         Some(())

@@ -23,8 +23,8 @@ use crate::api::budget::{Budget, resolve_fenceposts};
 use crate::api::condition::Condition;
 use crate::api::duration::pause_seconds;
 use crate::api::limits::{
-    MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_LABEL_VALUE_LEN, MAX_PAIRING_GROUPS, MAX_REPLICAS,
-    MAX_ROLE_NAME_LEN, MAX_ROLES,
+    MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_LABEL_VALUE_LEN, MAX_MIN_READY_SECONDS,
+    MAX_PAIRING_GROUPS, MAX_REPLICAS, MAX_ROLE_NAME_LEN, MAX_ROLES,
 };
 use crate::api::podgroup::Scheduler;
 use crate::api::tenancy::ConfiguredEndpoint;
@@ -784,6 +784,11 @@ fn check_stormservice(meta: &MetaView<'_>, spec: &StormServiceSpecView<'_>) -> R
     // Rule 7: replicas.
     let root = FieldPath::Root("spec");
     check_replicas(spec.replicas, root.field("replicas"), &mut report);
+    check_min_ready_seconds(
+        spec.min_ready_seconds,
+        root.field("minReadySeconds"),
+        &mut report,
+    );
 
     // Rule 8: StormService budgets.
     let strategy = spec.update_strategy.as_ref();
@@ -889,6 +894,14 @@ fn check_roleset_spec(
     let roles_path = path.field("roles");
     if !rollout_allowed && roles.is_empty() {
         report.required(roles_path, "at least one role is required");
+    }
+    match spec.min_ready_seconds {
+        Some(_) if !rollout_allowed => report.forbidden(
+            path.field("minReadySeconds"),
+            "set spec.minReadySeconds on the StormService: in the template it would be part of \
+             every revision, and a change would roll every pod",
+        ),
+        seconds => check_min_ready_seconds(seconds, path.field("minReadySeconds"), report),
     }
     if let Some(strategy) = &spec.scheduling_strategy {
         check_scheduling_strategy(
@@ -1092,6 +1105,19 @@ fn check_replicas(replicas: Option<i32>, path: FieldPath<'_>, report: &mut Repor
             path,
             r,
             &format!("must be less than or equal to {MAX_REPLICAS}"),
+        ),
+        _ => {}
+    }
+}
+
+/// `minReadySeconds`: `0 ..= MAX_MIN_READY_SECONDS`.
+fn check_min_ready_seconds(seconds: Option<i32>, path: FieldPath<'_>, report: &mut Report) {
+    match seconds {
+        Some(s) if s < 0 => report.invalid(path, s, "must be greater than or equal to 0"),
+        Some(s) if s > MAX_MIN_READY_SECONDS => report.invalid(
+            path,
+            s,
+            &format!("must be less than or equal to {MAX_MIN_READY_SECONDS}"),
         ),
         _ => {}
     }

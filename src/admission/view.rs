@@ -162,6 +162,9 @@ pub struct StormServiceSpecView<'a> {
     /// `spec.progressDeadlineSeconds`.
     #[serde(default)]
     pub progress_deadline_seconds: Option<i32>,
+    /// `spec.minReadySeconds`.
+    #[serde(default)]
+    pub min_ready_seconds: Option<i32>,
 }
 
 /// `spec.template` of a StormService.
@@ -254,6 +257,9 @@ pub struct RoleSetSpecView<'a> {
     /// `pairing`.
     #[serde(borrow, default)]
     pub pairing: Option<Vec<PairingView<'a>>>,
+    /// `minReadySeconds`.
+    #[serde(default)]
+    pub min_ready_seconds: Option<i32>,
 }
 
 /// One pairing group.

@@ -63,6 +63,13 @@ pub struct RoleStatus {
     /// Pods (or PodSets) on the role's current template that are Ready.
     #[serde(default)]
     pub updated_ready_replicas: i32,
+    /// Pods (or PodSets) Ready for the RoleSet's `minReadySeconds`: what budgets count.
+    /// Absent in a status written before squall counted availability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+    /// Pods (or PodSets) on the role's current template that are available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_available_replicas: Option<i32>,
 }
 
 /// Declared by AIBrix but not implemented by any controller; accepted and ignored

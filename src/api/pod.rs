@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use k8s_openapi::api::core::v1::{
     Affinity, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -52,6 +52,13 @@ pub struct CachedCondition {
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// When the status last changed (Ready's starts the `minReadySeconds` clock).
+    #[serde(
+        default,
+        rename = "lastTransitionTime",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_transition_time: Option<Time>,
 }
 
 /// What decisions read of a container's status.
@@ -129,6 +136,7 @@ impl CachedPod {
                     .map(|c| PodCondition {
                         type_: c.type_.clone(),
                         status: c.status.clone(),
+                        last_transition_time: c.last_transition_time.clone(),
                         ..PodCondition::default()
                     })
                     .collect()
@@ -174,6 +182,20 @@ impl CachedPod {
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }
+
+    /// Since when (Unix seconds) its Ready condition has been True; `None` when it is not
+    /// Ready, or is without a transition time (a kubelet always sets one).
+    pub fn ready_since(&self) -> Option<i64> {
+        self.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == "True")?
+            .last_transition_time
+            .as_ref()
+            .map(|t| t.0.as_second())
     }
 
     /// The status of its condition `type_`, when it has one.

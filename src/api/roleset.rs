@@ -67,6 +67,13 @@ pub struct RoleSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = super::limits::MAX_PAIRING_GROUPS))]
     pub pairing: Option<Vec<PairingGroup>>,
+    /// Seconds a pod (or PodSet) must have been Ready to count as available; the RoleSet's
+    /// budgets, role order and `Ready` condition count available children. A StormService
+    /// writes its own `spec.minReadySeconds` here (rejected inside its template). Absent
+    /// means 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = super::limits::MAX_MIN_READY_SECONDS))]
+    pub min_ready_seconds: Option<i32>,
 }
 
 /// Roles whose pods serve together, and what makes two of their pods compatible.

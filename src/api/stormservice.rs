@@ -111,6 +111,13 @@ pub struct StormServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub progress_deadline_seconds: Option<i32>,
+    /// Seconds a pod must have been Ready to count as available: budgets, canary steps,
+    /// `Sequential` role order, `currentRevision` promotion and `Available` count available
+    /// pods (an engine may still warm its caches after its readiness probe passes). Copied
+    /// to every RoleSet; not part of a revision, so a change rolls nothing. Absent means 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = super::limits::MAX_MIN_READY_SECONDS))]
+    pub min_ready_seconds: Option<i32>,
 }
 
 /// Template of the RoleSets of a StormService.
@@ -258,6 +265,14 @@ pub struct StormServiceStatus {
     /// RoleSets at `updateRevision`, Ready, with every role updated and Ready.
     #[serde(default)]
     pub updated_ready_replicas: i32,
+    /// RoleSets whose every pod is available (Ready for `minReadySeconds`): a RoleSet's
+    /// `Ready` condition waits for its pods' availability, so with `minReadySeconds` 0 this
+    /// is `readyReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+    /// Of `updatedReadyReplicas`, the RoleSets whose every pod is available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_available_replicas: Option<i32>,
     /// ControllerRevision of the stable template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = super::bounded_status::STATUS_NAME_CHARS))]

@@ -35,6 +35,7 @@ use crate::api::keys::{
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
+use crate::planner::availability::Availability;
 use crate::planner::podgroup::Gang;
 use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
@@ -130,7 +131,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let gang_pods = paired_gang_pods(roleset, &podsets, ctx);
     let key = Context::key(roleset);
     let written_gates = written_gates(roleset, &key, &pods, &gang_pods, ctx);
-    let roles = role_children(roleset, &pods, &podsets);
+    let clock = Availability::new(roleset.spec.min_ready_seconds, now);
+    let roles = role_children(roleset, &pods, &podsets, clock);
     let mut pending = Vec::with_capacity(roles.len());
     let mut stable = Vec::with_capacity(roles.len());
     for role in &roles {
@@ -171,6 +173,7 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         pending,
         stable,
         gang,
+        clock,
     });
     // Write.
     if let Some(sequence) = &pass.sequence
@@ -312,10 +315,12 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     if !refused.is_empty() {
         return Err(Error::Refused(refused.join("; ")));
     }
-    // Back at the sooner of a held-back status write and a gang's PodGroup recheck (its
-    // cache shows the PodGroup shortly, or the foreign one may go; the pods follow).
+    // Back at the soonest of a held-back status write, a gang's PodGroup recheck (its
+    // cache shows the PodGroup shortly, or the foreign one may go; the pods follow) and a
+    // child becoming available (no event says so).
+    let available = pass.next_available.map(|at| requeue::until_second(at, now));
     Ok(Action::requeue(
-        requeue::soonest([wait, gang.recheck()]).unwrap_or(requeue::RESYNC),
+        requeue::soonest([wait, gang.recheck(), available]).unwrap_or(requeue::RESYNC),
     ))
 }
 

@@ -1,6 +1,7 @@
 //! Pure rollout decisions: given a spec and the observed children, what to create, delete or
 //! update. No I/O, so every decision is unit- and property-tested.
 
+pub mod availability;
 pub mod lease;
 pub mod pairing;
 pub mod podgroup;

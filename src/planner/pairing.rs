@@ -1049,6 +1049,8 @@ mod tests {
                             running: true,
                             terminating: false,
                             ready: p.ready,
+                            available: p.ready,
+                            available_at: None,
                             created: p.created,
                             slot: None,
                             in_place_target: p.moving.then(|| "new".into()),

@@ -17,6 +17,14 @@ pub fn soonest(waits: impl IntoIterator<Item = Option<Duration>>) -> Option<Dura
     waits.into_iter().flatten().min()
 }
 
+/// How long from `now` until the Unix second `at` has begun (at once when it has): the
+/// wait for a moment a status time names, such as a child becoming available.
+pub fn until_second(at: i64, now: k8s_openapi::jiff::Timestamp) -> Duration {
+    let now_ms = now.as_millisecond();
+    let at_ms = at.saturating_mul(1000);
+    Duration::from_millis(u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0))
+}
+
 /// The reasons a StormService's reconcile comes back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StormServiceWaits {
@@ -71,6 +79,14 @@ mod tests {
             ..StormServiceWaits::default()
         };
         assert_eq!(stormservice(waits), secs(20));
+    }
+
+    #[test]
+    fn a_second_is_waited_for_to_its_start_and_a_past_one_not_at_all() {
+        let now = k8s_openapi::jiff::Timestamp::from_millisecond(10_250).unwrap();
+        assert_eq!(until_second(12, now), Duration::from_millis(1_750));
+        assert_eq!(until_second(10, now), Duration::ZERO);
+        assert!(until_second(i64::MAX, now).as_secs() > 0);
     }
 
     #[test]

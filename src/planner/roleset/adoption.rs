@@ -23,6 +23,7 @@ use crate::api::{
     PodSet, RoleSet, RoleSetTemplateSpec, RoleSpec, StormService, StormServiceUpdateStrategyType,
     controlled_by,
 };
+use crate::planner::availability::Availability;
 use crate::planner::render::{pairing_key, podset_for_slot, role_revision_labels, template_hash};
 use crate::planner::revision::{UpdateRevision, sort_history, update_revision};
 
@@ -238,7 +239,8 @@ fn roles_of(
         .cloned()
         .collect();
     let roles: Vec<&RoleSpec> = target.spec.roles.iter().flatten().collect();
-    role_children(&target, &pods, &podsets)
+    // Adoption compares templates; when children are available does not matter to it.
+    role_children(&target, &pods, &podsets, Availability::default())
         .into_iter()
         .zip(roles)
         .map(|(mut children, role)| {
@@ -383,7 +385,7 @@ mod tests {
             Arc::new(CachedPod::from_pod(&pod))
         };
         let stale = |rs: &RoleSet, pods: &[Arc<CachedPod>]| {
-            let children = role_children(rs, pods, &[]).remove(0);
+            let children = role_children(rs, pods, &[], Availability::default()).remove(0);
             stale_revision_labels(rs, &role, &children, &target, pods, &[])
         };
         // Made before the group was.
@@ -423,7 +425,7 @@ mod tests {
             alien_pod(&rs, "rs-decode-b", "engine:0"),
         ];
         let role = &rs.spec.roles.as_ref().unwrap()[0];
-        let mut children = role_children(&rs, &pods, &[]).remove(0);
+        let mut children = role_children(&rs, &pods, &[], Availability::default()).remove(0);
         let adopted = adopt(&rs, role, &mut children, None, &pods, &[]);
         assert_eq!(adopted, ["rs-decode-a"], "the other runs another image");
         let target = template_hash(role.template.as_ref().unwrap());
@@ -440,7 +442,7 @@ mod tests {
         let rs = roleset("engine:1");
         let pods = vec![alien_pod(&rs, "rs-decode-a", "engine:1")];
         let role = &rs.spec.roles.as_ref().unwrap()[0];
-        let mut children = role_children(&rs, &pods, &[]).remove(0);
+        let mut children = role_children(&rs, &pods, &[], Availability::default()).remove(0);
         assert!(adopt(&rs, role, &mut children, Some("7d9885"), &pods, &[]).is_empty());
     }
 

@@ -11,11 +11,12 @@ use kube::ResourceExt;
 use super::in_place::pending_reason;
 use super::roles::PodView;
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_TARGET_HASH, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
+    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_READY, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
     LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetPhase, RoleSet, RoleSpec};
+use crate::planner::availability::Availability;
 use crate::planner::render::{stateful_pod, stateless_pod};
 
 /// The children one role counts: PodSets for a multi-node role (`podGroupSize` > 1), plain
@@ -33,11 +34,13 @@ pub struct RoleChildren {
     pub stable_revision: Option<String>,
 }
 
-/// The first half of a pass: the children each role counts, in spec order.
+/// The first half of a pass: the children each role counts, in spec order, each available
+/// or not by `clock`.
 pub fn role_children(
     roleset: &RoleSet,
     pods: &[Arc<CachedPod>],
     podsets: &[Arc<PodSet>],
+    clock: Availability,
 ) -> Vec<RoleChildren> {
     roleset
         .spec
@@ -47,9 +50,13 @@ pub fn role_children(
         .map(|role| {
             let gang = role.pod_group_size_or_default() > 1;
             let children = if gang {
-                of_role(podsets, &role.name).map(podset_view).collect()
+                of_role(podsets, &role.name)
+                    .map(|p| podset_view(p, clock))
+                    .collect()
             } else {
-                of_role(pods, &role.name).map(pod_view).collect()
+                of_role(pods, &role.name)
+                    .map(|p| pod_view(p, clock))
+                    .collect()
             };
             let rollout = role.rollout.as_ref();
             let stable_revision = rollout
@@ -84,16 +91,30 @@ pub(crate) fn of_role<'a, K: ResourceExt>(
         .filter(move |child| child.labels().get(LABEL_ROLE_NAME).map(String::as_str) == Some(role))
 }
 
-/// A PodSet seen as one replica of its role: Ready when its phase is Ready, gone from the
-/// active set when Failed.
-pub(crate) fn podset_view(podset: &PodSet) -> PodView {
+/// A PodSet seen as one replica of its role: Ready when its phase is Ready (available once
+/// its Ready condition has been True long enough), gone from the active set when Failed.
+pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
     let phase = podset.status.as_ref().and_then(|s| s.phase);
+    let ready = phase == Some(PodSetPhase::Ready);
+    let ready_since = podset
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == CONDITION_READY && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second());
+    let available = clock.of(ready, ready_since);
     PodView {
         name: podset.name_any(),
         hash: template_label(podset.labels()),
         running: phase != Some(PodSetPhase::Failed),
         terminating: podset.metadata.deletion_timestamp.is_some(),
-        ready: phase == Some(PodSetPhase::Ready),
+        ready,
+        available: available.now,
+        available_at: available.at,
         created: created(&podset.metadata),
         slot: slot_of(podset.labels()),
         in_place_target: None,
@@ -101,13 +122,16 @@ pub(crate) fn podset_view(podset: &PodSet) -> PodView {
     }
 }
 
-pub(crate) fn pod_view(pod: &CachedPod) -> PodView {
+pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
+    let available = clock.of(pod.ready(), pod.ready_since());
     PodView {
         name: pod.name_any(),
         hash: template_label(pod.labels()),
         running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         ready: pod.ready(),
+        available: available.now,
+        available_at: available.at,
         created: created(&pod.metadata),
         slot: slot_of(pod.labels()),
         in_place_target: in_place_target(pod).cloned(),

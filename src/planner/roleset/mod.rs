@@ -38,6 +38,7 @@ use crate::api::keys::{
 use crate::api::{
     PairingGroup, PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
 };
+use crate::planner::availability::Availability;
 use crate::planner::pairing::{self, group_indexes, paired_pods};
 use crate::planner::podgroup::Gang;
 use adoption::{adopt, stale_revision_labels};
@@ -81,6 +82,8 @@ pub struct PassInput<'a> {
     pub stable: Vec<Option<Result<Arc<ControllerRevision>, String>>>,
     /// Where the RoleSet's gang PodGroup stands (its pods wait while it holds them).
     pub gang: Gang,
+    /// `minReadySeconds` now: the clock `roles` were viewed with.
+    pub clock: Availability,
 }
 
 /// A child to create, rendered.
@@ -178,6 +181,9 @@ pub struct Pass {
     pub gates: Vec<(String, bool)>,
     /// What the pairing keys serve, when roles are paired (the status reports it).
     pub pairing: Option<pairing::PairingReport>,
+    /// The Unix second the next Ready child becomes available, when one is waiting for its
+    /// `minReadySeconds`: the pass is due again then (docs/rollouts.md#minreadyseconds).
+    pub next_available: Option<i64>,
 }
 
 /// The second half: decides the pass.
@@ -313,16 +319,22 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let retired_pods: Vec<PodView> = input_pods
         .iter()
         .filter(|p| retired(p.labels()))
-        .map(|p| pod_view(p))
+        .map(|p| pod_view(p, input.clock))
         .collect();
     let retired_podsets: Vec<PodView> = input_podsets
         .iter()
         .filter(|p| retired(p.labels()))
-        .map(|p| podset_view(p))
+        .map(|p| podset_view(p, input.clock))
         .collect();
     pass.retired_pods = retire(&retired_pods);
     pass.retired_podsets = retire(&retired_podsets);
     pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
+    pass.next_available = pass
+        .inputs
+        .iter()
+        .flat_map(|role| &role.pods)
+        .filter_map(|pod| pod.available_at)
+        .min();
     pass
 }
 
@@ -746,7 +758,7 @@ mod tests {
             .iter()
             .map(|p| Arc::new(CachedPod::from_pod(p)))
             .collect();
-        let roles = role_children(rs, &pods, podsets);
+        let roles = role_children(rs, &pods, podsets, Availability::default());
         let n = roles.len();
         decide(PassInput {
             roleset: rs,
@@ -758,7 +770,100 @@ mod tests {
             pending: vec![Pending::default(); n],
             stable: vec![None; n],
             gang,
+            clock: Availability::default(),
         })
+    }
+
+    /// A pod Ready since the Unix second `since`.
+    fn ready_since(name: &str, role: &str, hash: &str, since: i64) -> Arc<Pod> {
+        let mut pod = (*pod(name, role, hash, true, false)).clone();
+        let conditions = pod.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions[0].last_transition_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(since).unwrap(),
+            ));
+        Arc::new(pod)
+    }
+
+    /// [`pass`] at the Unix second `now`, with the RoleSet's `minReadySeconds`.
+    fn pass_at(rs: &RoleSet, pods: &[Arc<Pod>], now: i64) -> Pass {
+        let pods: Vec<Arc<CachedPod>> = pods
+            .iter()
+            .map(|p| Arc::new(CachedPod::from_pod(p)))
+            .collect();
+        let clock = Availability::new(
+            rs.spec.min_ready_seconds,
+            k8s_openapi::jiff::Timestamp::from_second(now).unwrap(),
+        );
+        let roles = role_children(rs, &pods, &[], clock);
+        let n = roles.len();
+        decide(PassInput {
+            roleset: rs,
+            pods: &pods,
+            podsets: &[],
+            gang_pods: &[],
+            written_gates: &BTreeMap::new(),
+            roles,
+            pending: vec![Pending::default(); n],
+            stable: vec![None; n],
+            gang: Gang::NotRequested,
+            clock,
+        })
+    }
+
+    #[test]
+    fn a_new_pod_replaces_an_old_one_only_once_ready_for_min_ready_seconds() {
+        let mut rs = roleset(json!([role("decode", 2, 1)]));
+        rs.spec.min_ready_seconds = Some(20);
+        rs.spec.roles.as_mut().unwrap()[0].update_strategy =
+            Some(serde_json::from_value(json!({"maxSurge": 1, "maxUnavailable": 0})).unwrap());
+        let new = target_hash(&rs, "decode");
+        let pods = [
+            ready_since("old-a", "decode", "old", 0),
+            ready_since("old-b", "decode", "old", 0),
+            ready_since("new-a", "decode", &new, 1_000),
+        ];
+        let warming = pass_at(&rs, &pods, 1_019);
+        assert!(
+            warming.roles[0].action.delete.is_empty(),
+            "a pod Ready for 19 s of 20 is not available: {:?}",
+            warming.roles[0].action
+        );
+        assert_eq!(
+            warming.next_available,
+            Some(1_020),
+            "the pass is due when it is"
+        );
+        let status = status::role_status(&warming.inputs[0]);
+        assert_eq!(
+            (
+                status.ready_replicas,
+                status.available_replicas,
+                status.updated_available_replicas
+            ),
+            (3, Some(2), Some(0))
+        );
+        assert!(!warming.inputs[0].all_available());
+
+        let warm = pass_at(&rs, &pods, 1_020);
+        assert_eq!(
+            warm.roles[0].action.delete.len(),
+            1,
+            "{:?}",
+            warm.roles[0].action
+        );
+        assert_eq!(warm.next_available, None);
+        let status = status::role_status(&warm.inputs[0]);
+        assert_eq!(status.updated_available_replicas, Some(1));
+
+        rs.spec.min_ready_seconds = None;
+        let unset = pass_at(&rs, &pods, 1_000);
+        assert_eq!(
+            unset.roles[0].action.delete.len(),
+            1,
+            "without it, Ready is available"
+        );
+        assert_eq!(unset.next_available, None);
     }
 
     fn rendered_labels(create: &Create) -> &BTreeMap<String, String> {
@@ -831,7 +936,7 @@ mod tests {
         let mut with_partition = role("decode", 2, 1);
         with_partition["rollout"] = json!({"partition": 1, "stableRevision": "svc-abc"});
         let rs = roleset(json!([role("router", 1, 1), with_partition]));
-        let roles = role_children(&rs, &[], &[]);
+        let roles = role_children(&rs, &[], &[], Availability::default());
         let asked: Vec<Option<&str>> = roles.iter().map(|r| r.stable_revision.as_deref()).collect();
         assert_eq!(
             asked,
@@ -848,6 +953,7 @@ mod tests {
             pending: vec![Pending::default(); 2],
             stable: vec![None, Some(Err("not found".into()))],
             gang: Gang::NotRequested,
+            clock: Availability::default(),
         });
         assert_eq!(pass.problems, ["role decode: not found"]);
         // Without the stable template, replacements come from the target.
@@ -1088,7 +1194,7 @@ mod tests {
         rs.spec.roles.as_mut().unwrap()[0].rollout =
             serde_json::from_value(json!({"partition": 1, "stableRevision": "svc-stable"}))
                 .unwrap();
-        let roles = role_children(&rs, &[], &[]);
+        let roles = role_children(&rs, &[], &[], Availability::default());
         let pass = decide(PassInput {
             roleset: &rs,
             pods: &[],
@@ -1099,6 +1205,7 @@ mod tests {
             pending: vec![Pending::default(); 2],
             stable: vec![Some(Ok(revision)), None],
             gang: Gang::NotRequested,
+            clock: Availability::default(),
         });
         let mut keys: Vec<(bool, Option<String>)> = pass.roles[0]
             .creates

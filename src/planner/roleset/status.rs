@@ -27,6 +27,8 @@ pub fn role_status(input: &RoleInput) -> RoleStatus {
         not_ready_replicas: replicas - ready,
         updated_replicas: count(&|p| p.hash == input.target_hash),
         updated_ready_replicas: count(&|p| p.hash == input.target_hash && p.ready),
+        available_replicas: Some(count(&|p| p.available)),
+        updated_available_replicas: Some(count(&|p| p.hash == input.target_hash && p.available)),
     }
 }
 
@@ -120,6 +122,8 @@ pub fn roleset_status_unwritten(
                 .iter()
                 .map(|input| RoleStatus {
                     name: input.name.clone(),
+                    available_replicas: Some(0),
+                    updated_available_replicas: Some(0),
                     ..RoleStatus::default()
                 })
                 .collect(),
@@ -177,7 +181,7 @@ pub fn roleset_status(
 ) -> RoleSetStatus {
     let not_ready: Vec<&str> = inputs
         .iter()
-        .filter(|input| !input.all_ready())
+        .filter(|input| !input.all_available())
         .map(|input| input.name.as_str())
         .collect();
     let ready = match &failure {
@@ -247,6 +251,8 @@ mod tests {
             running: true,
             terminating,
             ready,
+            available: ready,
+            available_at: None,
             created: 0,
             slot: None,
             in_place_target: None,

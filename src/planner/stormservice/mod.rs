@@ -194,7 +194,7 @@ fn stable_rendering<'a>(
     Rendering {
         name: input.current.name_any(),
         revision: input.current,
-        template: current_template.clone(),
+        template: with_min_ready(current_template.clone(), input.service),
         roles: role_revisions(
             current_template,
             current_template,
@@ -221,7 +221,7 @@ fn target_rendering<'a>(
     let mut target = Rendering {
         name: input.update.name_any(),
         revision: input.update,
-        template: update_template.clone(),
+        template: with_min_ready(update_template.clone(), input.service),
         roles: role_revisions(
             update_template,
             current_template,
@@ -237,9 +237,23 @@ fn target_rendering<'a>(
             c.decision.weight,
             aborting,
             &input.current.name_any(),
+            input.service.spec.min_ready_seconds,
         ));
     }
     target
+}
+
+/// `template` with the StormService's `minReadySeconds`, which RoleSets carry in their spec:
+/// it is not part of a revision, so a change re-specs the RoleSets and rolls nothing
+/// (docs/rollouts.md#minreadyseconds).
+fn with_min_ready(
+    mut template: RoleSetTemplateSpec,
+    service: &StormService,
+) -> RoleSetTemplateSpec {
+    if let Some(spec) = template.spec.as_mut() {
+        spec.min_ready_seconds = service.spec.min_ready_seconds;
+    }
+    template
 }
 
 /// RoleSets made from another revision that holds the target's template as squall reads
@@ -432,7 +446,14 @@ fn evaluate_canary(
             active == desired as usize && on == want && ready_canary >= want
         }
         CanaryMode::Pooled => {
-            let spec = pooled_spec(update_template, current_template, weight, false, &stable);
+            let spec = pooled_spec(
+                update_template,
+                current_template,
+                weight,
+                false,
+                &stable,
+                service.spec.min_ready_seconds,
+            );
             let mine: Vec<&RoleSet> = rolesets.iter().filter(on_canary).collect();
             !mine.is_empty() && mine.iter().all(|r| r.spec == spec && fresh_ready(r))
         }
@@ -466,9 +487,10 @@ fn evaluate_canary(
     Some(CanaryPass { decision, mode })
 }
 
-/// The pooled RoleSet's spec at `weight`: the canary template, with each role whose pod
-/// template changed keeping `replicas - ceil(replicas × weight / 100)` pods stable (all of
-/// them while aborted) through its `rollout` block
+/// The pooled RoleSet's spec at `weight` (with the StormService's `minReadySeconds`): the
+/// canary template, with each role whose pod template changed keeping
+/// `replicas - ceil(replicas × weight / 100)` pods stable (all of them while aborted)
+/// through its `rollout` block
 /// (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 fn pooled_spec(
     update: &RoleSetTemplateSpec,
@@ -476,8 +498,10 @@ fn pooled_spec(
     weight: u32,
     aborting: bool,
     stable_revision: &str,
+    min_ready_seconds: Option<i32>,
 ) -> crate::api::RoleSetSpec {
     let mut spec = update.spec.clone().unwrap_or_default();
+    spec.min_ready_seconds = min_ready_seconds;
     for role in spec.roles.iter_mut().flatten() {
         let Some(stable) = role_hash(current, &role.name) else {
             continue; // a new role has nothing stable to keep
@@ -598,7 +622,7 @@ fn canary_progress(
                         .flat_map(|r| r.status.iter().flat_map(|s| s.roles.iter().flatten()))
                         .filter(|s| s.name == role.name)
                         .fold((0, 0), |(u, r), s| {
-                            (u + s.updated_replicas, r + s.updated_ready_replicas)
+                            (u + s.updated_replicas, r + status::updated_available(s))
                         }),
                 };
                 CanaryRoleStatus {
@@ -880,6 +904,31 @@ mod tests {
             );
         }
         assert!(pass.moves.is_empty() && pass.respec.is_empty());
+    }
+
+    #[test]
+    fn min_ready_seconds_reaches_every_roleset_and_a_change_rolls_nothing() {
+        let mut service = stormservice(2, "engine:1", false);
+        service.spec.min_ready_seconds = Some(20);
+        let created = pass_for(&service, "llm-new", &[]);
+        assert!(
+            created
+                .creates
+                .iter()
+                .all(|c| c.roleset.spec.min_ready_seconds == Some(20))
+        );
+        // Live RoleSets on the revision, rendered before the setting: re-specced in place,
+        // none created or deleted (the revision is the same).
+        let live: Vec<RoleSet> = (0..2).map(|i| live(i, "llm-new", true)).collect();
+        let changed = pass_for(&service, "llm-new", &live);
+        assert!(changed.creates.is_empty() && changed.action.delete.is_empty());
+        assert_eq!(changed.respec.len(), 2);
+        assert!(
+            changed
+                .respec
+                .iter()
+                .all(|(_, spec)| spec.min_ready_seconds == Some(20))
+        );
     }
 
     #[test]

@@ -275,6 +275,8 @@ pub fn stormservice_status(input: &ServiceStatusInput) -> (StormServiceStatus, O
         current_replicas: counts.current,
         updated_replicas: counts.updated,
         updated_ready_replicas: counts.updated_ready,
+        available_replicas: Some(counts.ready),
+        updated_available_replicas: Some(counts.updated_ready),
         current_revision: Some(counts.current_revision),
         update_revision: Some(input.update_revision.clone()),
         conditions: Some(conditions),
@@ -580,13 +582,28 @@ fn role_statuses(rolesets: &[RoleSet], update_revision: &str) -> Vec<RoleStatus>
             entry.replicas += role.replicas;
             entry.ready_replicas += role.ready_replicas;
             entry.not_ready_replicas += role.not_ready_replicas;
+            *entry.available_replicas.get_or_insert(0) += available(role);
+            let updated_sum = entry.updated_available_replicas.get_or_insert(0);
             if updated_revision {
                 entry.updated_replicas += role.updated_replicas;
                 entry.updated_ready_replicas += role.updated_ready_replicas;
+                *updated_sum += updated_available(role);
             }
         }
     }
     roles.into_values().collect()
+}
+
+/// A role's available replicas; a status written before squall counted availability
+/// counts Ready ones (what available meant then).
+fn available(role: &RoleStatus) -> i32 {
+    role.available_replicas.unwrap_or(role.ready_replicas)
+}
+
+/// A role's updated available replicas, read like [`available`].
+pub(super) fn updated_available(role: &RoleStatus) -> i32 {
+    role.updated_available_replicas
+        .unwrap_or(role.updated_ready_replicas)
 }
 
 /// Whether a RoleSet's status describes its current generation and says Ready.
@@ -603,7 +620,7 @@ pub fn fresh_ready(roleset: &RoleSet) -> bool {
 }
 
 /// Whether a RoleSet serves: Ready, or — while its roles roll in place — every role with as
-/// many Ready replicas as its budgets keep (`replicas - maxUnavailable`, and at least one),
+/// many available replicas as its budgets keep (`replicas - maxUnavailable`, and at least one),
 /// per a status that describes its current generation.
 pub fn serving(roleset: &RoleSet) -> bool {
     if fresh_ready(roleset) {
@@ -626,7 +643,7 @@ pub fn serving(roleset: &RoleSet) -> bool {
         counted
             .iter()
             .find(|c| c.name == role.name)
-            .is_some_and(|c| c.ready_replicas >= needed)
+            .is_some_and(|c| available(c) >= needed)
     })
 }
 
@@ -649,7 +666,7 @@ fn roles_updated(roleset: &RoleSet, ready: bool, desired: &BTreeMap<String, i32>
             .find(|r| r.name == role.name)
             .is_some_and(|r| {
                 let count = if ready {
-                    r.updated_ready_replicas
+                    updated_available(r)
                 } else {
                     r.updated_replicas
                 };

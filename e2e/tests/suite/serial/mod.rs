@@ -3,6 +3,7 @@
 
 mod admission;
 mod analysis;
+mod availability;
 mod certificates;
 mod chart;
 mod cutover;

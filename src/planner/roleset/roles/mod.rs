@@ -27,8 +27,13 @@ pub struct PodView {
     pub running: bool,
     /// `deletionTimestamp` set.
     pub terminating: bool,
-    /// Condition Ready is True.
+    /// Condition Ready is True (what `readyReplicas` counts).
     pub ready: bool,
+    /// Ready for the RoleSet's `minReadySeconds`: what every decision counts
+    /// (docs/rollouts.md#minreadyseconds). Equal to `ready` when that is 0.
+    pub available: bool,
+    /// Ready, not yet available: the Unix second it will be.
+    pub available_at: Option<i64>,
     /// Creation time (Unix seconds), to delete newer pods first.
     pub created: i64,
     /// Slot (`role-replica-index`) of a stateful role's pod; None when absent or unparsable.
@@ -171,7 +176,7 @@ impl RoleInput {
                 .map(|p| p.name.as_str())
                 .collect();
         }
-        candidates.sort_by_key(|p| (!p.ready, p.created, p.name.clone()));
+        candidates.sort_by_key(|p| (!p.available, p.created, p.name.clone()));
         let room = self.partition.saturating_sub(self.pending_stable_creates) as usize;
         candidates
             .into_iter()
@@ -215,8 +220,8 @@ impl RoleInput {
         counts.active.len() as u32 + self.pending()
     }
 
-    fn ready(&self, counts: &Counts<'_>) -> u32 {
-        counts.active.iter().filter(|p| p.ready).count() as u32
+    fn available(&self, counts: &Counts<'_>) -> u32 {
+        counts.active.iter().filter(|p| p.available).count() as u32
     }
 
     /// Pods on the target template, counting target creates in flight.
@@ -260,14 +265,15 @@ impl RoleInput {
         if active > self.desired {
             let mut surplus = active - self.desired;
             let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
-            let mut ready = self.ready(&counts);
+            let mut ready = self.available(&counts);
             let mut candidates = counts.active.clone();
-            candidates.sort_by_key(|p| (!self.outdated(p, &counts), p.ready, Reverse(p.created)));
+            candidates
+                .sort_by_key(|p| (!self.outdated(p, &counts), p.available, Reverse(p.created)));
             for pod in candidates {
                 if surplus == 0 {
                     break;
                 }
-                if pod.ready {
+                if pod.available {
                     if ready <= min_available {
                         break;
                     }
@@ -346,7 +352,7 @@ impl RoleInput {
         let updated_ready = counts
             .active
             .iter()
-            .filter(|p| p.ready && p.hash == self.target_hash)
+            .filter(|p| p.available && p.hash == self.target_hash)
             .count() as u32;
         (updated_ready, self.want_target(&counts))
     }
@@ -364,7 +370,7 @@ impl RoleInput {
             .copied()
             .filter(|p| self.outdated(p, &counts))
             .collect();
-        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        outdated.sort_by_key(|p| (p.available, Reverse(p.created)));
         let (running, candidates): (Vec<&PodView>, Vec<&PodView>) = outdated
             .into_iter()
             .partition(|p| p.in_place_target.as_ref() == Some(&self.target_hash));
@@ -375,7 +381,7 @@ impl RoleInput {
             return Err(format!("{}: {}", pod.name, self.ineligible[&pod.name]));
         }
         let mut budget =
-            (self.ready(&counts) + self.budgets.max_unavailable).saturating_sub(self.desired);
+            (self.available(&counts) + self.budgets.max_unavailable).saturating_sub(self.desired);
         let on_target = counts
             .active
             .iter()
@@ -388,7 +394,7 @@ impl RoleInput {
         for pod in running {
             match pod.in_place_pending {
                 Some(reason) => {
-                    if pod.ready {
+                    if pod.available {
                         budget = budget.saturating_sub(1);
                     }
                     action.in_place_pending.push((pod.name.clone(), reason));
@@ -400,7 +406,7 @@ impl RoleInput {
             if room == 0 {
                 break;
             }
-            if pod.ready {
+            if pod.available {
                 if budget == 0 {
                     break;
                 }
@@ -418,7 +424,7 @@ impl RoleInput {
             return self.rollout_slots();
         }
         let counts = self.counts();
-        let ready = self.ready(&counts);
+        let ready = self.available(&counts);
         let mut delete_budget = (ready + self.budgets.max_unavailable).saturating_sub(self.desired);
         let mut delete = self.outdated_to_delete(&counts, &mut delete_budget);
         let want_target = self.want_target(&counts);
@@ -452,10 +458,10 @@ impl RoleInput {
             .filter(|p| p.hash == self.target_hash)
             .collect();
         let surplus = (target.len() as u32 + self.pending_creates).saturating_sub(want_target);
-        target.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        target.sort_by_key(|p| (p.available, Reverse(p.created)));
         let mut delete = Vec::new();
         for pod in target.into_iter().take(surplus as usize) {
-            if pod.ready {
+            if pod.available {
                 if budget == 0 {
                     break;
                 }
@@ -484,7 +490,7 @@ impl RoleInput {
         let updated_ready = counts
             .active
             .iter()
-            .filter(|p| p.ready && p.hash == self.target_hash)
+            .filter(|p| p.available && p.hash == self.target_hash)
             .count() as u32;
         let updated_active = self.updated(&counts);
         let outdated_active = counts
@@ -492,7 +498,7 @@ impl RoleInput {
             .iter()
             .filter(|p| self.outdated(p, &counts))
             .count() as u32;
-        let settled = counts.finished.is_empty() && counts.active.iter().all(|p| p.ready);
+        let settled = counts.finished.is_empty() && counts.active.iter().all(|p| p.available);
         let mut step = updated_ready.saturating_sub(1) / size + 1;
         if (settled && updated_ready == size * step)
             || updated_active > size * step
@@ -528,7 +534,7 @@ impl RoleInput {
             .iter()
             .filter(|p| self.outdated(p, &counts))
             .count() as u32;
-        let ready = self.ready(&counts);
+        let ready = self.available(&counts);
         let mut budget = (outdated + expected)
             .saturating_sub(want_target)
             .min((ready + self.budgets.max_unavailable).saturating_sub(self.desired));
@@ -549,10 +555,10 @@ impl RoleInput {
             .copied()
             .filter(|p| self.outdated(p, counts))
             .collect();
-        outdated.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        outdated.sort_by_key(|p| (p.available, Reverse(p.created)));
         let mut delete = Vec::new();
         for pod in outdated {
-            if pod.ready {
+            if pod.available {
                 if *budget == 0 {
                     break;
                 }
@@ -564,9 +570,9 @@ impl RoleInput {
     }
 
     /// Every pod is where it belongs — on the target template or kept stable by the partition,
-    /// in the wanted shares — active and Ready, and nothing is pending (and, for stateful
+    /// in the wanted shares — active and available, and nothing is pending (and, for stateful
     /// roles, every slot holds exactly one pod).
-    pub fn all_ready(&self) -> bool {
+    pub fn all_available(&self) -> bool {
         let counts = self.counts();
         let one_per_slot = !self.stateful || {
             let slots: BTreeSet<Option<u32>> = counts.active.iter().map(|p| p.slot).collect();
@@ -585,7 +591,7 @@ impl RoleInput {
             && counts
                 .active
                 .iter()
-                .all(|p| p.ready && self.slot_accepts(p, &counts))
+                .all(|p| p.available && self.slot_accepts(p, &counts))
     }
 
     /// Whether a pod may stay where it is: kept by the partition, or on the target template —
@@ -666,13 +672,13 @@ impl RoleInput {
         // Availability of a stateful role counts slots: a second pod in a slot adds none.
         let mut ready = slots
             .values()
-            .filter(|pods| pods.iter().any(|p| p.ready))
+            .filter(|pods| pods.iter().any(|p| p.available))
             .count() as u32
-            + invalid.iter().filter(|p| p.ready).count() as u32;
+            + invalid.iter().filter(|p| p.available).count() as u32;
         let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
-        invalid.sort_by_key(|p| (p.ready, Reverse(p.created)));
+        invalid.sort_by_key(|p| (p.available, Reverse(p.created)));
         for pod in invalid {
-            if pod.ready {
+            if pod.available {
                 if ready <= min_available {
                     break;
                 }
@@ -688,12 +694,12 @@ impl RoleInput {
             let updated = |p: &&&PodView| self.slot_accepts(p, &counts);
             let keep_updated_ready = pods
                 .iter()
-                .filter(|p| updated(p) && p.ready)
+                .filter(|p| updated(p) && p.available)
                 .min_by_key(|p| p.name.clone());
             for pod in pods {
                 let remove = match keep_updated_ready {
                     Some(keep) => pod.name != keep.name,
-                    None => !pod.ready && !updated(&pod),
+                    None => !pod.available && !updated(&pod),
                 };
                 if remove {
                     action.delete.push(pod.name.clone());
@@ -728,7 +734,7 @@ impl RoleInput {
             if self.slot_accepts(pod, counts) || self.pending_slots.contains(&slot) {
                 continue;
             }
-            if !pod.ready {
+            if !pod.available {
                 action.delete.push(pod.name.clone());
             } else if delete_budget > 0 {
                 delete_budget -= 1;
@@ -753,14 +759,14 @@ impl RoleInput {
             .count() as u32;
         for (slot, pods) in slots {
             let pending = self.pending_slots.contains(slot);
-            progress.ready += u32::from(pods.iter().any(|p| p.ready));
+            progress.ready += u32::from(pods.iter().any(|p| p.available));
             if pods.iter().any(accepted) || pending {
                 progress.updated += 1;
             } else if !pods.is_empty() {
                 progress.outdated += 1;
             }
             if let [pod] = pods.as_slice() {
-                progress.updated_ready += u32::from(pod.ready && accepted(pod));
+                progress.updated_ready += u32::from(pod.available && accepted(pod));
             }
         }
         progress
@@ -774,7 +780,7 @@ impl RoleInput {
         let size = self.step_size();
         let settled = invalid.is_empty()
             && counts.finished.is_empty()
-            && counts.active.iter().all(|p| p.ready);
+            && counts.active.iter().all(|p| p.available);
         let mut step = progress.updated_ready.saturating_sub(1) / size + 1;
         if (settled && progress.updated_ready == size * step)
             || progress.updated > size * step
@@ -782,7 +788,7 @@ impl RoleInput {
         {
             step += 1;
         }
-        (self.all_ready(), step)
+        (self.all_available(), step)
     }
 
     /// `Recreate` rollout of a stateful role up to `expected` updated slots.
@@ -896,7 +902,7 @@ pub fn plan(
                 for (&i, action) in unit.iter().zip(unit_actions) {
                     actions[i] = action;
                 }
-                if moving || unit.iter().any(|&i| !roles[i].all_ready()) {
+                if moving || unit.iter().any(|&i| !roles[i].all_available()) {
                     break;
                 }
             }
@@ -986,6 +992,8 @@ mod tests {
             running: true,
             terminating: false,
             ready,
+            available: ready,
+            available_at: None,
             created: 0,
             slot: None,
             in_place_target: None,
@@ -1029,7 +1037,7 @@ mod tests {
         let action = stateful.scale();
         assert_eq!(action.create_slots.len(), MAX_CREATES_PER_PASS as usize);
         assert_eq!(action.create_slots[..3], [2, 4, 5]);
-        assert!(!stateful.all_ready());
+        assert!(!stateful.all_available());
         assert!(stateful.rollout().creates() <= MAX_CREATES_PER_PASS);
         assert!(stateful.rollout_by_step(3).creates() <= MAX_CREATES_PER_PASS);
         let _ = stateful.current_step();
@@ -1050,7 +1058,7 @@ mod tests {
         let mut r = role(4, 2, 1, pods);
         r.stateful = true;
         assert!(r.scale().is_empty());
-        assert!(r.all_ready());
+        assert!(r.all_available());
     }
 
     #[test]
@@ -1213,7 +1221,7 @@ mod tests {
         r.pods.retain(|p| p.name != first.delete[0]);
         r.pods.push(pod("n", "new", true));
         assert!(r.rollout().is_empty());
-        assert!(r.all_ready(), "done at the partition");
+        assert!(r.all_available(), "done at the partition");
         // A stable pod dies: it comes back from the stable template.
         r.pods.retain(|p| p.name != "a");
         let refill = r.scale();
@@ -1240,14 +1248,14 @@ mod tests {
         );
         r.partition = 2;
         r.stable_hash = Some("stable".into());
-        assert!(!r.all_ready());
+        assert!(!r.all_available());
         assert_eq!(r.rollout().delete, ["b"]);
         r.stable_hash = None;
         assert!(
             r.rollout().is_empty(),
             "without the stable template nothing moves"
         );
-        assert!(r.all_ready());
+        assert!(r.all_available());
     }
 
     #[test]
@@ -1270,7 +1278,7 @@ mod tests {
         r.pods[1] = slot_pod("s1", "stable", true, 1);
         assert_eq!(r.rollout().delete, ["s2"]);
         r.pods[2] = slot_pod("s2", "new", true, 2);
-        assert!(r.rollout().is_empty() && r.all_ready());
+        assert!(r.rollout().is_empty() && r.all_available());
         assert!(r.stable_slot(Some(1)) && !r.stable_slot(Some(2)));
     }
 
@@ -1378,18 +1386,25 @@ mod tests {
             0i64..5,
             prop_oneof![Just(None), Just(Some("new")), Just(Some("older"))],
             any::<bool>(),
+            // Ready but still warming up (`minReadySeconds`): counted Ready, not available.
+            any::<bool>(),
         )
             .prop_map(
-                move |(hash, running, terminating, ready, created, target, pending)| PodView {
-                    name: format!("p{i}"),
-                    hash: hash.into(),
-                    running,
-                    terminating,
-                    ready: ready && running && !terminating,
-                    created,
-                    slot: Some(i as u32 % 4),
-                    in_place_target: target.map(String::from),
-                    in_place_pending: pending.then_some(PendingReason::ImageIdUnchanged),
+                move |(hash, running, terminating, ready, created, target, pending, warming)| {
+                    PodView {
+                        name: format!("p{i}"),
+                        hash: hash.into(),
+                        running,
+                        terminating,
+                        ready: ready && running && !terminating,
+                        available: ready && running && !terminating && !warming,
+                        available_at: (ready && running && !terminating && warming)
+                            .then_some(1_000),
+                        created,
+                        slot: Some(i as u32 % 4),
+                        in_place_target: target.map(String::from),
+                        in_place_pending: pending.then_some(PendingReason::ImageIdUnchanged),
+                    }
                 },
             )
     }
@@ -1462,7 +1477,7 @@ mod tests {
         let ready: Vec<&PodView> = r
             .pods
             .iter()
-            .filter(|p| p.ready && !p.terminating && !r.pending_deletes.contains(&p.name))
+            .filter(|p| p.available && !p.terminating && !r.pending_deletes.contains(&p.name))
             .filter(|p| !deleted.contains(&p.name))
             .collect();
         if !r.stateful {
@@ -1519,13 +1534,13 @@ mod tests {
                 .chain(action.in_place_pending.iter().map(|(n, _)| n))
                 .map(String::as_str)
                 .collect();
-            let ready = r.ready(&counts);
+            let ready = r.available(&counts);
             let ready_updating = counts.active.iter()
-                .filter(|p| p.ready && updating.contains(p.name.as_str()))
+                .filter(|p| p.available && updating.contains(p.name.as_str()))
                 .count() as u32;
             let min_available = r.desired.saturating_sub(r.budgets.max_unavailable);
             let started_ready = action.in_place_start.iter()
-                .any(|n| counts.active.iter().any(|p| &p.name == n && p.ready));
+                .any(|n| counts.active.iter().any(|p| &p.name == n && p.available));
             prop_assert!(!started_ready || ready - ready_updating >= min_available,
                 "{ready_updating} of {ready} Ready pods updating, minAvailable {min_available}");
             for name in &action.in_place_start {
