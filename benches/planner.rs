@@ -69,6 +69,7 @@ fn role_inputs() -> Vec<RoleInput> {
                     ready: i % 17 != 3,
                     available: i % 17 != 3,
                     available_at: None,
+                    gated: false,
                     created: i64::from(i),
                     slot: None,
                     in_place_target: None,
@@ -84,6 +85,7 @@ fn role_inputs() -> Vec<RoleInput> {
             pending_deletes: BTreeSet::new(),
             in_place: false,
             ineligible: BTreeMap::new(),
+            warm: false,
         })
         .collect()
 }

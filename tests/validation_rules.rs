@@ -110,6 +110,7 @@ rule_tests! {
     rule03_at_least_one_role => "rule03-no-roles.yaml",
     rule05_rollout_block_in_template_is_forbidden => "rule05-rollout-in-template.yaml",
     rule05_min_ready_seconds_in_template_is_forbidden => "rule05-min-ready-seconds-in-template.yaml",
+    rule05_serving_gate_in_template_is_forbidden => "rule05-serving-gate-in-template.yaml",
     rule06_role_name_is_a_dns1123_label => "rule06-role-name-not-dns1123.yaml",
     rule06_role_name_is_at_most_44_characters => "rule06-role-name-too-long.yaml",
     rule06_role_name_is_required => "rule06-role-name-empty.yaml",
@@ -159,6 +160,7 @@ rule_tests! {
     limit_roles_per_roleset => "limit-too-many-roles.yaml",
     limit_containers_per_role => "limit-too-many-containers.yaml",
     limit_min_ready_seconds => "limit-min-ready-seconds.yaml",
+    limit_abort_scale_down_delay => "limit-abort-scale-down-delay.yaml",
 }
 
 #[test]

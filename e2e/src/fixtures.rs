@@ -26,6 +26,8 @@ pub const SCHEMA_ENFORCED: &[&str] = &[
     "limit-role-replicas-too-many.yaml",
     "limit-too-many-containers.yaml",
     "limit-too-many-roles.yaml",
+    "limit-min-ready-seconds.yaml",
+    "limit-abort-scale-down-delay.yaml",
 ];
 
 /// Every fixture file, sorted.

@@ -24,6 +24,22 @@ pub fn squall_bin() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target/debug/squall"))
 }
 
+/// Runs the squall CLI with `args`: its exit code, and its standard output and error.
+pub fn squall(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(squall_bin())
+        .args(args)
+        .output()
+        .expect("squall runs");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// What the shared operator started by `e2e/operator.sh` has logged so far.
 pub fn shared_operator_log() -> String {
     let path = cluster_dir().join("logs/squall.log");

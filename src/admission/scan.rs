@@ -677,12 +677,13 @@ fn int_or_str<'a>(s: &mut Scanner<'a>) -> Option<IntOrStr<'a>> {
 }
 
 fn canary<'a>(s: &mut Scanner<'a>) -> Option<CanaryView<'a>> {
-    let (mut steps, mut seen) = (None, Seen::default());
+    let (mut steps, mut delay, mut seen) = (None, None, Seen::default());
     s.object(|s, key| {
         match key {
             "steps" => (seen.first(0)?, steps = s.nullable(|s| s.list(step))?),
             // Analyses are read by their own types; serde reads them.
             "analysis" => return None,
+            "abortScaleDownDelaySeconds" => (seen.first(1)?, delay = s.nullable(Scanner::i32)?),
             _ => (s.skip()?, ()),
         };
         Some(())
@@ -690,6 +691,7 @@ fn canary<'a>(s: &mut Scanner<'a>) -> Option<CanaryView<'a>> {
     Some(CanaryView {
         steps,
         analysis: None,
+        abort_scale_down_delay_seconds: delay,
     })
 }
 
@@ -732,6 +734,7 @@ fn roleset_spec<'a>(s: &mut Scanner<'a>) -> Option<RoleSetSpecView<'a>> {
         topology_policy: None,
         pairing: None,
         min_ready_seconds: None,
+        serving_gate: None,
     };
     s.object(|s, key| {
         match key {
@@ -756,6 +759,7 @@ fn roleset_spec<'a>(s: &mut Scanner<'a>) -> Option<RoleSetSpecView<'a>> {
                 seen.first(4)?,
                 spec.min_ready_seconds = s.nullable(Scanner::i32)?,
             ),
+            "servingGate" => (seen.first(5)?, spec.serving_gate = s.present()?),
             _ => (s.skip()?, ()),
         };
         Some(())

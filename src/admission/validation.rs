@@ -23,8 +23,8 @@ use crate::api::budget::{Budget, resolve_fenceposts};
 use crate::api::condition::Condition;
 use crate::api::duration::pause_seconds;
 use crate::api::limits::{
-    MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_LABEL_VALUE_LEN, MAX_MIN_READY_SECONDS,
-    MAX_PAIRING_GROUPS, MAX_REPLICAS, MAX_ROLE_NAME_LEN, MAX_ROLES,
+    MAX_ABORT_SCALE_DOWN_DELAY_SECONDS, MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_LABEL_VALUE_LEN,
+    MAX_MIN_READY_SECONDS, MAX_PAIRING_GROUPS, MAX_REPLICAS, MAX_ROLE_NAME_LEN, MAX_ROLES,
 };
 use crate::api::podgroup::Scheduler;
 use crate::api::tenancy::ConfiguredEndpoint;
@@ -817,6 +817,16 @@ fn check_stormservice(meta: &MetaView<'_>, spec: &StormServiceSpecView<'_>) -> R
     if let Some(steps) = canary_spec.and_then(|c| c.steps.as_ref()) {
         check_canary_steps(steps, &role_names, &mut report);
     }
+    if let Some(delay) = canary_spec.and_then(|c| c.abort_scale_down_delay_seconds) {
+        let path = root.field("updateStrategy.canary.abortScaleDownDelaySeconds");
+        if !(0..=MAX_ABORT_SCALE_DOWN_DELAY_SECONDS).contains(&delay) {
+            report.invalid(
+                path,
+                delay,
+                &format!("must be between 0 and {MAX_ABORT_SCALE_DOWN_DELAY_SECONDS}"),
+            );
+        }
+    }
     if let Some(analysis) = canary_spec.and_then(|c| c.analysis.as_ref()) {
         let path = FieldPath::Root("spec.updateStrategy.canary.analysis");
         check_analysis(analysis, path, true, &role_names, &mut report);
@@ -894,6 +904,13 @@ fn check_roleset_spec(
     let roles_path = path.field("roles");
     if !rollout_allowed && roles.is_empty() {
         report.required(roles_path, "at least one role is required");
+    }
+    if !rollout_allowed && spec.serving_gate.is_some() {
+        report.forbidden(
+            path.field("servingGate"),
+            "the serving gate is written by the StormService controller on RoleSets; set \
+             spec.updateStrategy.canary.abortScaleDownDelaySeconds",
+        );
     }
     match spec.min_ready_seconds {
         Some(_) if !rollout_allowed => report.forbidden(

@@ -213,6 +213,9 @@ pub struct CanaryView<'a> {
     /// The background analysis, read whole (rare, and small by its bounds).
     #[serde(default)]
     pub analysis: Option<Box<Analysis>>,
+    /// `abortScaleDownDelaySeconds`.
+    #[serde(default, rename = "abortScaleDownDelaySeconds")]
+    pub abort_scale_down_delay_seconds: Option<i32>,
 }
 
 /// One canary step.
@@ -260,6 +263,9 @@ pub struct RoleSetSpecView<'a> {
     /// `minReadySeconds`.
     #[serde(default)]
     pub min_ready_seconds: Option<i32>,
+    /// `servingGate` (only its presence is checked: the schema checks its value).
+    #[serde(default)]
+    pub serving_gate: Option<IgnoredAny>,
 }
 
 /// One pairing group.

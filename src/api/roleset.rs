@@ -74,6 +74,22 @@ pub struct RoleSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = super::limits::MAX_MIN_READY_SECONDS))]
     pub min_ready_seconds: Option<i32>,
+    /// Creates every pod with the serving readiness gate, so squall can take a pod out of
+    /// traffic while it keeps running: `Open` holds it True while the pod is up, `Closed`
+    /// False on every pod (an aborted canary's RoleSet kept warm). Written by a StormService
+    /// that needs it (rejected inside its template). Absent: only paired roles' pods carry
+    /// the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_gate: Option<ServingGate>,
+}
+
+/// Whether a RoleSet's pods may serve (docs/rollouts.md#warm-abort).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ServingGate {
+    /// A pod serves while it is up (and, in a pairing group, while its key can).
+    Open,
+    /// No pod serves; every pod keeps running.
+    Closed,
 }
 
 /// Roles whose pods serve together, and what makes two of their pods compatible.
@@ -188,6 +204,10 @@ pub struct RoleRollout {
     /// that die inside the partition are recreated from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stable_revision: Option<String>,
+    /// Until then, pods on the role's template beyond what the partition leaves it stay,
+    /// out of traffic: an aborted pooled canary's, kept warm for a retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_until: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// Observed state of a RoleSet.

@@ -176,6 +176,12 @@ pub struct CanaryUpdateStrategy {
     /// a failure aborts the canary at whatever step it is, an inconclusive result pauses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<Analysis>,
+    /// Seconds an aborted canary's pods (or RoleSets) are kept, out of traffic but warm, so
+    /// a retry within them takes them back instead of loading every model again; deleted
+    /// after. Argo Rollouts' name and meaning. Absent means 0: deleted at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = super::limits::MAX_ABORT_SCALE_DOWN_DELAY_SECONDS))]
+    pub abort_scale_down_delay_seconds: Option<i32>,
 }
 
 /// One canary step: exactly one of `setWeight`, `pause` and `analysis`.
@@ -321,6 +327,10 @@ pub struct CanaryStatus {
     /// When the canary was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted_at: Option<Time>,
+    /// An aborted canary's pods (or RoleSets) are kept until then, out of traffic but warm
+    /// for a retry (`abortScaleDownDelaySeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_until: Option<Time>,
     /// Human-readable state, e.g. why the canary was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = super::bounded_status::STATUS_MESSAGE_CHARS))]

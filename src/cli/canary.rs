@@ -432,6 +432,13 @@ pub fn render(service: &StormService) -> String {
             if let Some(message) = &canary.message {
                 let _ = writeln!(out, "message: {message}");
             }
+            if let Some(until) = &canary.warm_until {
+                let _ = writeln!(
+                    out,
+                    "kept warm, out of traffic, until {} (`squall retry` takes them back)",
+                    until.0
+                );
+            }
             if let Some(analysis) = &canary.analysis {
                 let step = analysis.step.unwrap_or_default() + 1;
                 analysis_lines(&mut out, &format!("analysis of step {step}"), analysis);

@@ -73,6 +73,13 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
+/// Whether squall holds serving gates on the RoleSet's pods: roles are paired, or its
+/// `servingGate` is set (docs/rollouts.md#the-serving-gate).
+fn gates_in_use(roleset: &RoleSet) -> bool {
+    roleset.spec.serving_gate.is_some()
+        || roleset.spec.pairing.as_ref().is_some_and(|g| !g.is_empty())
+}
+
 /// The pairing conditions this controller wrote on the RoleSet's pods (and its gangs') that
 /// the cache does not show yet, when roles are paired.
 fn written_gates(
@@ -82,7 +89,7 @@ fn written_gates(
     gang_pods: &[Arc<CachedPod>],
     ctx: &Context,
 ) -> BTreeMap<String, bool> {
-    if roleset.spec.pairing.as_ref().is_none_or(Vec::is_empty) {
+    if !gates_in_use(roleset) {
         return BTreeMap::new();
     }
     let seen: HashMap<&str, Option<bool>> = pods
@@ -97,14 +104,14 @@ fn written_gates(
         .observe_gates(key, |name| seen.get(name).copied())
 }
 
-/// The pods of its PodSets, when roles are paired: a paired gang's gate is on them
+/// The pods of its PodSets, when serving gates are in use: a gang's gate is on them
 /// (docs/rollouts.md#pairing). Each PodSet's by owner UID, from the cache's index.
 fn paired_gang_pods(
     roleset: &RoleSet,
     podsets: &[Arc<PodSet>],
     ctx: &Context,
 ) -> Vec<Arc<CachedPod>> {
-    if roleset.spec.pairing.as_ref().is_none_or(Vec::is_empty) {
+    if !gates_in_use(roleset) {
         return Vec::new();
     }
     podsets
@@ -317,10 +324,10 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     }
     // Back at the soonest of a held-back status write, a gang's PodGroup recheck (its
     // cache shows the PodGroup shortly, or the foreign one may go; the pods follow) and a
-    // child becoming available (no event says so).
-    let available = pass.next_available.map(|at| requeue::until_second(at, now));
+    // child becoming available or warm pods going (no event says so).
+    let due = pass.wake_at.map(|at| requeue::until_second(at, now));
     Ok(Action::requeue(
-        requeue::soonest([wait, gang.recheck(), available]).unwrap_or(requeue::RESYNC),
+        requeue::soonest([wait, gang.recheck(), due]).unwrap_or(requeue::RESYNC),
     ))
 }
 

@@ -10,6 +10,7 @@ pub mod render;
 pub mod requeue;
 pub mod revision;
 pub mod roleset;
+pub mod serving;
 pub mod status;
 pub mod stormservice;
 

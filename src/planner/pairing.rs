@@ -10,10 +10,8 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use crate::api::keys::{
-    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY,
-    LABEL_PODSET_NAME, LABEL_ROLE_NAME,
-};
+use super::serving::{Gangs, gate, up};
+use crate::api::keys::{CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_NAME};
 use crate::api::limits::MAX_PAIRING_KEYS_REPORTED;
 use crate::api::pod::CachedPod;
 use crate::api::{PairedRoleStatus, PairingGroup, PairingKeyStatus, PodSet, RoleSpec};
@@ -100,16 +98,6 @@ pub fn paired_pods<'a>(
     single.chain(multi_node).collect()
 }
 
-/// A pod's pairing condition, as written when the cache does not show it yet; None while
-/// absent.
-fn gate(pod: &CachedPod, written: &BTreeMap<String, bool>) -> Option<bool> {
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    written.get(name).copied().or_else(|| {
-        pod.condition(CONDITION_PAIRING_SERVABLE)
-            .map(|s| s == "True")
-    })
-}
-
 /// It cannot start as it is: the scheduler found no node, it failed, or a container restarts
 /// without turning ready.
 fn stuck(pod: &CachedPod) -> bool {
@@ -120,62 +108,6 @@ fn stuck(pod: &CachedPod) -> bool {
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
             .is_some_and(|c| c.iter().any(|c| !c.ready && c.restart_count > 0))
-}
-
-/// Its containers are ready, it runs (or is about to) and no in-place move runs on it.
-fn up(pod: &CachedPod) -> bool {
-    pod.phase()
-        .is_none_or(|phase| phase == "Running" || phase == "Pending")
-        && pod.condition("ContainersReady") == Some("True")
-        && !pod
-            .annotations()
-            .contains_key(ANNOTATION_IN_PLACE_TARGET_HASH)
-}
-
-/// A RoleSet's PodSets' live pods, by PodSet: one look-up per gang, however many.
-#[derive(Debug, Default)]
-pub struct Gangs<'a>(BTreeMap<&'a str, Vec<&'a CachedPod>>);
-
-impl<'a> Gangs<'a> {
-    /// `gang_pods` by the PodSet of `podsets` they belong to (by its label).
-    pub fn new(podsets: &'a [Arc<PodSet>], gang_pods: &'a [Arc<CachedPod>]) -> Self {
-        let mut members: BTreeMap<&str, Vec<&CachedPod>> = podsets
-            .iter()
-            .filter_map(|p| Some((p.metadata.name.as_deref()?, Vec::new())))
-            .collect();
-        for pod in gang_pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-        {
-            let podset = pod.labels().get(LABEL_PODSET_NAME).map(String::as_str);
-            if let Some(pods) = podset.and_then(|name| members.get_mut(name)) {
-                pods.push(pod);
-            }
-        }
-        Self(members)
-    }
-
-    /// The live pods of PodSet `name`; None when it is not a PodSet.
-    fn members(&self, name: &str) -> Option<&[&'a CachedPod]> {
-        self.0.get(name).map(Vec::as_slice)
-    }
-}
-
-/// The pods whose pairing condition a gate decision on `unit` writes: the pod itself, or a
-/// gang's pods whose condition is not `servable` yet.
-pub fn gate_writes(
-    unit: &str,
-    servable: bool,
-    gangs: &Gangs<'_>,
-    written: &BTreeMap<String, bool>,
-) -> Vec<String> {
-    let Some(gang) = gangs.members(unit) else {
-        return vec![unit.to_string()];
-    };
-    gang.iter()
-        .filter(|p| gate(p, written).unwrap_or(false) != servable)
-        .filter_map(|p| p.metadata.name.clone())
-        .collect()
 }
 
 /// One role's progress in its group's lock-step.
@@ -577,6 +509,8 @@ fn count(n: u32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::keys::LABEL_PODSET_NAME;
+    use crate::planner::serving::gate_writes;
     use proptest::prelude::*;
 
     fn group(roles: &[&str]) -> PairingGroup {
@@ -1051,6 +985,7 @@ mod tests {
                             ready: p.ready,
                             available: p.ready,
                             available_at: None,
+                            gated: true,
                             created: p.created,
                             slot: None,
                             in_place_target: p.moving.then(|| "new".into()),

@@ -275,10 +275,12 @@ pub fn group_of<'a>(spec: &'a RoleSetSpec, role: &str) -> Option<&'a PairingGrou
         .find(|group| group.roles.iter().any(|r| r == role))
 }
 
-/// Whether `role`'s pods declare the pairing readiness gate: every pod of a paired role, a
-/// multi-node role's gang pods too (its PodSets' template carries the gate).
-pub fn gated_by_pairing(spec: &RoleSetSpec, role: &RoleSpec) -> bool {
-    group_of(spec, &role.name).is_some()
+/// Whether `role`'s pods declare the serving readiness gate
+/// (docs/rollouts.md#the-serving-gate): every pod of a paired role, and of a RoleSet whose
+/// `servingGate` is set; a multi-node role's gang pods too (its PodSets' template carries
+/// the gate).
+pub fn gated(spec: &RoleSetSpec, role: &RoleSpec) -> bool {
+    spec.serving_gate.is_some() || group_of(spec, &role.name).is_some()
 }
 
 /// The pairing key of `role`'s pods rendered from `rendered_from` — the RoleSet's spec, or
@@ -411,7 +413,7 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
     if let Some((term, mode)) = topology_affinity(roleset, &role.name) {
         add_affinity(&mut spec, term, mode);
     }
-    if gated_by_pairing(&roleset.spec, role) {
+    if gated(&roleset.spec, role) {
         let gates = spec.readiness_gates.get_or_insert_default();
         if !gates
             .iter()

@@ -12,7 +12,9 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use super::error::{Error, refusal};
-use crate::api::keys::{LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME};
+use crate::api::keys::{
+    CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME,
+};
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet, controlled_by};
 use crate::controller::cache::Cache;
@@ -41,13 +43,18 @@ where
         .unwrap_or_default()
 }
 
-/// The RoleSet a paired gang's pod changes matters to, beside its PodSet: its gate opens
-/// when its containers turn ready, which the PodSet's status does not show (it counts Ready).
-/// Pods a PodSet controls and that carry a pairing key only; the RoleSet is named by the
-/// pod's label, in the pod's namespace.
-pub fn paired_gang_owner(pod: Arc<CachedPod>) -> Option<ObjectRef<RoleSet>> {
+/// The RoleSet a gated gang's pod changes matter to, beside its PodSet: its serving gate
+/// opens when its containers turn ready, which the PodSet's status does not show (it counts
+/// Ready). Pods a PodSet controls that carry a pairing key or declare the serving gate only;
+/// the RoleSet is named by the pod's label, in the pod's namespace.
+pub fn gated_gang_owner(pod: Arc<CachedPod>) -> Option<ObjectRef<RoleSet>> {
     let labels = pod.labels();
-    if !labels.contains_key(LABEL_PAIRING_KEY) || !labels.contains_key(LABEL_PODSET_NAME) {
+    if !labels.contains_key(LABEL_PODSET_NAME) {
+        return None;
+    }
+    if !labels.contains_key(LABEL_PAIRING_KEY)
+        && !pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE)
+    {
         return None;
     }
     let by_podset = pod
@@ -375,13 +382,13 @@ mod tests {
         let gang = serde_json::json!({LABEL_PAIRING_KEY: "k", LABEL_PODSET_NAME: "d-0",
             LABEL_ROLESET_NAME: "rs"});
         assert_eq!(
-            paired_gang_owner(pod(gang.clone(), "PodSet")),
+            gated_gang_owner(pod(gang.clone(), "PodSet")),
             Some(ObjectRef::new("rs").within("team"))
         );
         // A RoleSet's own pod reaches it as its child; an unpaired gang's pod does not.
-        assert_eq!(paired_gang_owner(pod(gang, "RoleSet")), None);
+        assert_eq!(gated_gang_owner(pod(gang, "RoleSet")), None);
         let unpaired = serde_json::json!({LABEL_PODSET_NAME: "d-0", LABEL_ROLESET_NAME: "rs"});
-        assert_eq!(paired_gang_owner(pod(unpaired, "PodSet")), None);
+        assert_eq!(gated_gang_owner(pod(unpaired, "PodSet")), None);
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use kube::Client;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use tokio::sync::watch;
 
-use super::children::paired_gang_owner;
+use super::children::gated_gang_owner;
 use super::context::Context;
 use super::owner::{Owner, error_policy, measured, reconcile};
 use crate::api::podgroup::PodGroupCrds;
@@ -157,7 +157,7 @@ async fn run_scope(
             Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
                 .owns_shared_stream(caches.pods.subscribe())
                 .owns_shared_stream(caches.podsets.subscribe())
-                .watches_shared_stream(caches.pods.subscribe(), paired_gang_owner)
+                .watches_shared_stream(caches.pods.subscribe(), gated_gang_owner)
                 .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
             guard,

@@ -11,13 +11,14 @@ use kube::ResourceExt;
 use super::in_place::pending_reason;
 use super::roles::PodView;
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_READY, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
-    LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, CONDITION_READY, LABEL_ROLE_NAME,
+    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetPhase, RoleSet, RoleSpec};
 use crate::planner::availability::Availability;
 use crate::planner::render::{stateful_pod, stateless_pod};
+use crate::planner::serving::gated;
 
 /// The children one role counts: PodSets for a multi-node role (`podGroupSize` > 1), plain
 /// pods otherwise.
@@ -115,6 +116,16 @@ pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
         ready,
         available: available.now,
         available_at: available.at,
+        gated: podset
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.readiness_gates.as_ref())
+            .is_some_and(|g| {
+                g.iter()
+                    .any(|g| g.condition_type == CONDITION_PAIRING_SERVABLE)
+            }),
         created: created(&podset.metadata),
         slot: slot_of(podset.labels()),
         in_place_target: None,
@@ -132,6 +143,7 @@ pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
         ready: pod.ready(),
         available: available.now,
         available_at: available.at,
+        gated: gated(pod),
         created: created(&pod.metadata),
         slot: slot_of(pod.labels()),
         in_place_target: in_place_target(pod).cloned(),

@@ -37,10 +37,12 @@ use crate::api::keys::{
 };
 use crate::api::{
     PairingGroup, PodSet, RoleSet, RoleSetUpdateStrategy, RoleSpec, RoleUpdateStrategyType,
+    ServingGate,
 };
 use crate::planner::availability::Availability;
 use crate::planner::pairing::{self, group_indexes, paired_pods};
 use crate::planner::podgroup::Gang;
+use crate::planner::serving::{self, Gangs, gate_writes};
 use adoption::{adopt, stale_revision_labels};
 use children::{
     RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
@@ -181,9 +183,10 @@ pub struct Pass {
     pub gates: Vec<(String, bool)>,
     /// What the pairing keys serve, when roles are paired (the status reports it).
     pub pairing: Option<pairing::PairingReport>,
-    /// The Unix second the next Ready child becomes available, when one is waiting for its
-    /// `minReadySeconds`: the pass is due again then (docs/rollouts.md#minreadyseconds).
-    pub next_available: Option<i64>,
+    /// The Unix second the pass is due again though no event may come: the next Ready child
+    /// becomes available (docs/rollouts.md#minreadyseconds), or a role's warm pods are due
+    /// to go (docs/rollouts.md#warm-abort).
+    pub wake_at: Option<i64>,
 }
 
 /// The second half: decides the pass.
@@ -258,6 +261,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
             pending,
             stable_hash,
             input_pods,
+            input.clock.now,
         ));
         adoptions.push((adopted, relabel));
         stables.push(stable);
@@ -282,14 +286,20 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     let pairing = roleset.spec.pairing.as_deref().unwrap_or_default();
     let groups = group_indexes(pairing, &specs);
     let mut actions = plan(strategy, &pass.inputs, &sequence, &groups);
+    let observed = Observed {
+        pods: input_pods,
+        podsets: input_podsets,
+        gang_pods: input.gang_pods,
+        written_gates: input.written_gates,
+    };
+    let held_out = held_out(roleset, &pass.inputs);
     if !groups.is_empty() {
-        let observed = Observed {
-            pods: input_pods,
-            podsets: input_podsets,
-            gang_pods: input.gang_pods,
-            written_gates: input.written_gates,
-        };
-        (pass.gates, pass.pairing) = pair(pairing, &observed, &pass.inputs, &mut actions);
+        (pass.gates, pass.pairing) =
+            pair(pairing, &observed, &pass.inputs, &held_out, &mut actions);
+    }
+    if roleset.spec.serving_gate.is_some() {
+        pass.gates
+            .extend(serve(roleset, &observed, &pass.inputs, &held_out));
     }
     for ((((role, input), stable), action), adopted) in specs
         .iter()
@@ -329,13 +339,24 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass.retired_pods = retire(&retired_pods);
     pass.retired_podsets = retire(&retired_podsets);
     pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
-    pass.next_available = pass
-        .inputs
+    pass.wake_at = wake_at(&specs, &pass.inputs);
+    pass
+}
+
+/// When a pass is due though no event may come: the next Ready child becomes available, or
+/// a role's warm pods are to go.
+fn wake_at(specs: &[&RoleSpec], inputs: &[RoleInput]) -> Option<i64> {
+    let warm_ends = specs
+        .iter()
+        .zip(inputs)
+        .filter(|(_, input)| input.warm)
+        .filter_map(|(role, _)| warm_until(role));
+    inputs
         .iter()
         .flat_map(|role| &role.pods)
         .filter_map(|pod| pod.available_at)
-        .min();
-    pass
+        .chain(warm_ends)
+        .min()
 }
 
 /// What pairing reads of a pass's input.
@@ -352,21 +373,62 @@ fn pair(
     groups: &[PairingGroup],
     input: &Observed<'_>,
     roles: &[RoleInput],
+    held_out: &BTreeSet<String>,
     actions: &mut [RoleAction],
 ) -> (Vec<(String, bool)>, Option<pairing::PairingReport>) {
     let written = input.written_gates;
-    let gangs = pairing::Gangs::new(input.podsets, input.gang_pods);
-    let paired = paired_pods(groups, input.pods, input.podsets, &gangs, written);
+    let gangs = Gangs::new(input.podsets, input.gang_pods);
+    let mut paired = paired_pods(groups, input.pods, input.podsets, &gangs, written);
+    // Out of traffic whatever its key does: [`serve`] closes its gate.
+    paired.retain(|p| !held_out.contains(p.name));
     let gates = pair_removals(groups, &paired, roles, actions)
         .into_iter()
         .flat_map(|(unit, servable)| {
-            pairing::gate_writes(&unit, servable, &gangs, written)
+            gate_writes(&unit, servable, &gangs, written)
                 .into_iter()
                 .map(move |pod| (pod, servable))
         })
         .collect();
     let desired = roles.iter().map(|r| (r.name.clone(), r.desired)).collect();
     (gates, Some(pairing::report(groups, &paired, &desired)))
+}
+
+/// The units (pods, or PodSets) held out of traffic while they keep running: every one of
+/// a RoleSet whose serving gate is `Closed`, and the warm pods of its roles.
+fn held_out(roleset: &RoleSet, roles: &[RoleInput]) -> BTreeSet<String> {
+    if roleset.spec.serving_gate == Some(ServingGate::Closed) {
+        return roles
+            .iter()
+            .flat_map(|r| r.pods.iter().map(|p| p.name.clone()))
+            .collect();
+    }
+    roles.iter().flat_map(RoleInput::warm_pods).collect()
+}
+
+/// The serving gates pairing does not decide (docs/rollouts.md#the-serving-gate), on a
+/// RoleSet whose `servingGate` is set: every unit of a role outside pairing, and the units
+/// held out of a paired one.
+fn serve(
+    roleset: &RoleSet,
+    input: &Observed<'_>,
+    roles: &[RoleInput],
+    held_out: &BTreeSet<String>,
+) -> Vec<(String, bool)> {
+    let gangs = Gangs::new(input.podsets, input.gang_pods);
+    let pods: BTreeMap<&str, &CachedPod> = input
+        .pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
+        .collect();
+    let units = roles.iter().flat_map(|role| {
+        let paired = group_of(&roleset.spec, &role.name).is_some();
+        role.pods
+            .iter()
+            .filter(move |p| !p.terminating && (!paired || held_out.contains(&p.name)))
+            .map(|p| p.name.as_str())
+    });
+    serving::gates(units, &pods, &gangs, held_out, input.written_gates)
 }
 
 /// Holds back the removals in
@@ -438,6 +500,7 @@ fn role_input(
     pending: Pending,
     stable_hash: Option<String>,
     pods: &[Arc<CachedPod>],
+    now: i64,
 ) -> RoleInput {
     let desired = u32::try_from(role.replicas_or_default()).unwrap_or(0);
     let budgets = role.fenceposts(desired);
@@ -476,7 +539,16 @@ fn role_input(
         pending_deletes: pending.deletes,
         in_place,
         ineligible,
+        warm: warm_until(role).is_some_and(|until| now < until),
     }
+}
+
+/// When a role's warm pods go (its `rollout.warmUntil`), in Unix seconds.
+fn warm_until(role: &RoleSpec) -> Option<i64> {
+    role.rollout
+        .as_ref()
+        .and_then(|r| r.warm_until.as_ref())
+        .map(|t| t.0.as_second())
 }
 
 /// Renders the creates of a role's action and builds its in-place patches.
@@ -686,7 +758,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::keys::ANNOTATION_IN_PLACE_TARGET_HASH;
+    use crate::api::keys::{ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE};
     use children::role_children;
 
     fn roleset(roles: Value) -> RoleSet {
@@ -829,11 +901,7 @@ mod tests {
             "a pod Ready for 19 s of 20 is not available: {:?}",
             warming.roles[0].action
         );
-        assert_eq!(
-            warming.next_available,
-            Some(1_020),
-            "the pass is due when it is"
-        );
+        assert_eq!(warming.wake_at, Some(1_020), "the pass is due when it is");
         let status = status::role_status(&warming.inputs[0]);
         assert_eq!(
             (
@@ -852,7 +920,7 @@ mod tests {
             "{:?}",
             warm.roles[0].action
         );
-        assert_eq!(warm.next_available, None);
+        assert_eq!(warm.wake_at, None);
         let status = status::role_status(&warm.inputs[0]);
         assert_eq!(status.updated_available_replicas, Some(1));
 
@@ -863,7 +931,120 @@ mod tests {
             1,
             "without it, Ready is available"
         );
-        assert_eq!(unset.next_available, None);
+        assert_eq!(unset.wake_at, None);
+    }
+
+    /// A pod with the serving gate, up, its gate open.
+    fn serving(name: &str, role: &str, hash: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels(role, hash)},
+                "spec": {"containers": [{"name": "c", "image": "engine:1"}],
+                    "readinessGates": [{"conditionType": CONDITION_PAIRING_SERVABLE}]},
+                "status": {"phase": "Running", "conditions": [
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": CONDITION_PAIRING_SERVABLE, "status": "True"},
+                    {"type": "Ready", "status": "True"}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn an_aborted_pooled_canarys_pods_stay_out_of_traffic_until_their_time_then_go() {
+        let mut rs = roleset(json!([role("decode", 2, 1)]));
+        rs.spec.serving_gate = Some(ServingGate::Open);
+        let decode = &mut rs.spec.roles.as_mut().unwrap()[0];
+        decode.update_strategy =
+            Some(serde_json::from_value(json!({"maxSurge": 1, "maxUnavailable": 0})).unwrap());
+        decode.rollout = Some(
+            serde_json::from_value(json!({
+            "partition": 2, "warmUntil": "1970-01-01T00:16:40Z"}))
+            .unwrap(),
+        );
+        let canary = target_hash(&rs, "decode");
+        let pods = [
+            serving("stable-a", "decode", "stable"),
+            serving("stable-b", "decode", "stable"),
+            serving("canary-a", "decode", &canary),
+        ];
+        let warm = pass_at(&rs, &pods, 900);
+        assert!(
+            warm.roles[0].action.is_empty(),
+            "{:?}",
+            warm.roles[0].action
+        );
+        assert_eq!(
+            warm.gates,
+            [("canary-a".to_string(), false)],
+            "out of traffic"
+        );
+        assert_eq!(warm.wake_at, Some(1_000), "due when the time is up");
+        assert_eq!(
+            status::role_status(&warm.inputs[0]).replicas,
+            2,
+            "not counted"
+        );
+
+        // Warm pods hold room under maxSurge: a lost stable pod waits for it.
+        let two_warm = [
+            pods[1].clone(),
+            pods[2].clone(),
+            serving("canary-b", "decode", &canary),
+        ];
+        let lost = pass_at(&rs, &two_warm, 900);
+        assert_eq!(
+            lost.roles[0].action.creates(),
+            0,
+            "1 stable + 2 warm fill 2 + 1"
+        );
+        let one_warm = pass_at(&rs, &pods[1..], 900);
+        assert_eq!(one_warm.roles[0].action.creates(), 1);
+
+        let over = pass_at(&rs, &pods, 1_000);
+        assert_eq!(
+            over.roles[0].action.delete,
+            ["canary-a"],
+            "gone when the time is up"
+        );
+
+        // A retry: the partition gives the canary a pod again, the warm one serves again.
+        let decode = &mut rs.spec.roles.as_mut().unwrap()[0];
+        decode.rollout = Some(serde_json::from_value(json!({"partition": 1})).unwrap());
+        let mut closed = (*pods[2]).clone();
+        let conditions = closed.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions[1].status = "False".into();
+        conditions[2].status = "False".into();
+        let retried = pass_at(
+            &rs,
+            &[pods[0].clone(), pods[1].clone(), Arc::new(closed)],
+            950,
+        );
+        assert_eq!(retried.gates, [("canary-a".to_string(), true)]);
+        assert!(
+            retried.roles[0].action.creates() == 0,
+            "the warm pod is taken back, none created: {:?}",
+            retried.roles[0].action
+        );
+    }
+
+    #[test]
+    fn a_closed_roleset_holds_every_pod_out_of_traffic_and_deletes_none() {
+        let mut rs = roleset(json!([role("decode", 2, 1)]));
+        rs.spec.serving_gate = Some(ServingGate::Closed);
+        let hash = target_hash(&rs, "decode");
+        let pods = [serving("a", "decode", &hash), serving("b", "decode", &hash)];
+        let pass = pass_at(&rs, &pods, 100);
+        assert_eq!(
+            pass.gates,
+            [("a".to_string(), false), ("b".to_string(), false)]
+        );
+        assert!(pass.roles[0].action.is_empty());
+        rs.spec.serving_gate = None;
+        assert!(
+            pass_at(&rs, &pods, 100).gates.is_empty(),
+            "no gate: nothing written"
+        );
     }
 
     fn rendered_labels(create: &Create) -> &BTreeMap<String, String> {

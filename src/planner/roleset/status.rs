@@ -253,6 +253,7 @@ mod tests {
             ready,
             available: ready,
             available_at: None,
+            gated: false,
             created: 0,
             slot: None,
             in_place_target: None,

@@ -11,6 +11,8 @@ pub mod status;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -25,7 +27,7 @@ use crate::api::keys::{
 };
 use crate::api::{
     CanaryMode, CanaryPhase, CanaryRoleStatus, CanaryStatus, RoleRollout, RoleSet, RoleSetSpec,
-    RoleSetTemplateSpec, StormService, StormServiceUpdateStrategyType,
+    RoleSetTemplateSpec, ServingGate, StormService, StormServiceUpdateStrategyType,
 };
 use canary::{CanaryDecision, CanaryInput, step, target, weight_at};
 use replicas::{PendingRoleSet, RoleSetView, ServiceAction, ServiceInput, plan};
@@ -148,6 +150,23 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
         service.spec.update_strategy_type()
     };
     let equivalent = equivalent_revisions(input, &moves_to.name, &update_template);
+    // A replica-mode canary aborted and kept warm: its RoleSets are held out of traffic
+    // and out of the plan, which counts them as present (like terminating ones) and
+    // deletes them once the time is up (docs/rollouts.md#warm-abort).
+    let warm: Vec<&RoleSet> = canary
+        .as_ref()
+        .filter(|c| !pooled && c.warm_until.is_some())
+        .map(|_| {
+            input
+                .rolesets
+                .iter()
+                .filter(|r| {
+                    r.metadata.deletion_timestamp.is_none()
+                        && r.labels().get(LABEL_STORM_SERVICE_REVISION) == Some(&update_name)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let action = plan(&ServiceInput {
         desired,
         budgets: budgets(service, desired),
@@ -157,7 +176,10 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
         rolesets: input
             .rolesets
             .iter()
-            .map(|r| view(r, &moves_to.name, &equivalent))
+            .map(|r| RoleSetView {
+                terminating: warm.iter().any(|w| w.metadata.uid == r.metadata.uid),
+                ..view(r, &moves_to.name, &equivalent)
+            })
             .collect(),
         pending_creates: input.pending_creates.clone(),
         pending_deletes: input.pending_deletes.clone(),
@@ -171,7 +193,10 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
         desired,
         creates: render_creates(input, &action, &moves_to, &current_template),
         moves: in_place_moves(input, &action, &moves_to, &equivalent),
-        respec: respecs(input.rolesets, &action, &moves_to),
+        respec: respecs(input.rolesets, &action, &moves_to)
+            .into_iter()
+            .chain(held_out(&warm))
+            .collect(),
         canary,
         action,
     })
@@ -194,7 +219,7 @@ fn stable_rendering<'a>(
     Rendering {
         name: input.current.name_any(),
         revision: input.current,
-        template: with_min_ready(current_template.clone(), input.service),
+        template: with_service_settings(current_template.clone(), input.service),
         roles: role_revisions(
             current_template,
             current_template,
@@ -221,7 +246,7 @@ fn target_rendering<'a>(
     let mut target = Rendering {
         name: input.update.name_any(),
         revision: input.update,
-        template: with_min_ready(update_template.clone(), input.service),
+        template: with_service_settings(update_template.clone(), input.service),
         roles: role_revisions(
             update_template,
             current_template,
@@ -231,29 +256,53 @@ fn target_rendering<'a>(
         ),
     };
     if let Some(c) = pooled {
+        let at = if aborting {
+            PooledAt::Aborted {
+                warm_until: c.warm_until,
+            }
+        } else {
+            PooledAt::Weight(c.decision.weight)
+        };
         target.template.spec = Some(pooled_spec(
             update_template,
             current_template,
-            c.decision.weight,
-            aborting,
+            at,
             &input.current.name_any(),
-            input.service.spec.min_ready_seconds,
+            input.service,
         ));
     }
     target
 }
 
-/// `template` with the StormService's `minReadySeconds`, which RoleSets carry in their spec:
-/// it is not part of a revision, so a change re-specs the RoleSets and rolls nothing
-/// (docs/rollouts.md#minreadyseconds).
-fn with_min_ready(
+/// `template` with what RoleSets carry in their spec from the StormService's beside its
+/// template: `minReadySeconds` (docs/rollouts.md#minreadyseconds), and an open serving gate
+/// when an aborted canary is to be kept warm (docs/rollouts.md#warm-abort). Neither is part
+/// of a revision: a change re-specs the RoleSets and rolls nothing.
+fn with_service_settings(
     mut template: RoleSetTemplateSpec,
     service: &StormService,
 ) -> RoleSetTemplateSpec {
     if let Some(spec) = template.spec.as_mut() {
-        spec.min_ready_seconds = service.spec.min_ready_seconds;
+        service_settings(spec, service);
     }
     template
+}
+
+/// See [`with_service_settings`].
+fn service_settings(spec: &mut RoleSetSpec, service: &StormService) {
+    spec.min_ready_seconds = service.spec.min_ready_seconds;
+    spec.serving_gate = (abort_delay(service) > 0).then_some(ServingGate::Open);
+}
+
+/// `canary.abortScaleDownDelaySeconds`, 0 when absent.
+fn abort_delay(service: &StormService) -> i64 {
+    service
+        .spec
+        .update_strategy
+        .as_ref()
+        .and_then(|s| s.canary.as_ref())
+        .and_then(|c| c.abort_scale_down_delay_seconds)
+        .map_or(0, |d| i64::from(d.max(0)))
 }
 
 /// RoleSets made from another revision that holds the target's template as squall reads
@@ -382,12 +431,30 @@ fn respecs(
         .collect()
 }
 
+/// The RoleSets of `warm` whose serving gate is not closed yet, with it closed: their pods
+/// leave traffic and keep running.
+fn held_out(warm: &[&RoleSet]) -> Vec<(String, RoleSetSpec)> {
+    warm.iter()
+        .filter(|r| r.spec.serving_gate != Some(ServingGate::Closed))
+        .map(|r| {
+            let spec = RoleSetSpec {
+                serving_gate: Some(ServingGate::Closed),
+                ..r.spec.clone()
+            };
+            (r.name_any(), spec)
+        })
+        .collect()
+}
+
 /// The canary part of a pass: its decision and mode.
 pub struct CanaryPass {
     /// The step machine's decision.
     pub decision: CanaryDecision,
     /// Replica or pooled.
     pub mode: CanaryMode,
+    /// Aborted, with its pods (pooled) or RoleSets (replica) kept warm until this Unix
+    /// second (docs/rollouts.md#warm-abort).
+    pub warm_until: Option<i64>,
 }
 
 /// Runs the canary step machine for this pass, when a canary is configured or stored.
@@ -449,10 +516,9 @@ fn evaluate_canary(
             let spec = pooled_spec(
                 update_template,
                 current_template,
-                weight,
-                false,
+                PooledAt::Weight(weight),
                 &stable,
-                service.spec.min_ready_seconds,
+                service,
             );
             let mine: Vec<&RoleSet> = rolesets.iter().filter(on_canary).collect();
             !mine.is_empty() && mine.iter().all(|r| r.spec == spec && fresh_ready(r))
@@ -484,24 +550,61 @@ fn evaluate_canary(
         previous,
         target_ready,
     });
-    Some(CanaryPass { decision, mode })
+    let mut decision = decision;
+    let warm_until = warm_until(service, &mut decision, input.now);
+    Some(CanaryPass {
+        decision,
+        mode,
+        warm_until,
+    })
 }
 
-/// The pooled RoleSet's spec at `weight` (with the StormService's `minReadySeconds`): the
-/// canary template, with each role whose pod template changed keeping
-/// `replicas - ceil(replicas × weight / 100)` pods stable (all of them while aborted)
-/// through its `rollout` block
+/// While an aborted canary's pods are kept warm (`abortScaleDownDelaySeconds` after the
+/// abort, docs/rollouts.md#warm-abort): until when, also said in the canary status, with the
+/// pass due again then.
+fn warm_until(service: &StormService, decision: &mut CanaryDecision, now: i64) -> Option<i64> {
+    let status = decision.status.as_mut()?;
+    let until = status
+        .aborted_at
+        .as_ref()
+        .filter(|_| decision.aborting)
+        .map(|at| at.0.as_second().saturating_add(abort_delay(service)))
+        .filter(|&until| until > now);
+    status.warm_until = until.and_then(|u| Timestamp::from_second(u).ok()).map(Time);
+    if let Some(until) = until {
+        let left = u64::try_from(until - now).unwrap_or(0);
+        decision.requeue_after = Some(decision.requeue_after.map_or(left, |r| r.min(left)));
+    }
+    until
+}
+
+/// Where the pooled RoleSet's canary stands.
+#[derive(Clone, Copy)]
+enum PooledAt {
+    /// At a weight.
+    Weight(u32),
+    /// Aborted: everything stable, the canary's pods kept warm until then, when they are.
+    Aborted { warm_until: Option<i64> },
+}
+
+/// The pooled RoleSet's spec at `at` (with the StormService's settings,
+/// [`with_service_settings`]): the canary template, with each role whose pod template changed
+/// keeping `replicas - ceil(replicas × weight / 100)` pods stable (all of them while
+/// aborted, its canary pods kept warm meanwhile) through its `rollout` block
 /// (docs/rollouts.md#the-pooled-canary-the-role-rollout-block).
 fn pooled_spec(
     update: &RoleSetTemplateSpec,
     current: &RoleSetTemplateSpec,
-    weight: u32,
-    aborting: bool,
+    at: PooledAt,
     stable_revision: &str,
-    min_ready_seconds: Option<i32>,
+    service: &StormService,
 ) -> crate::api::RoleSetSpec {
     let mut spec = update.spec.clone().unwrap_or_default();
-    spec.min_ready_seconds = min_ready_seconds;
+    service_settings(&mut spec, service);
+    let (weight, warm_until) = match at {
+        PooledAt::Weight(weight) => (Some(weight), None),
+        PooledAt::Aborted { warm_until } => (None, warm_until),
+    };
     for role in spec.roles.iter_mut().flatten() {
         let Some(stable) = role_hash(current, &role.name) else {
             continue; // a new role has nothing stable to keep
@@ -510,14 +613,13 @@ fn pooled_spec(
             continue;
         }
         let replicas = u32::try_from(role.replicas_or_default()).unwrap_or(0);
-        let partition = if aborting {
-            replicas
-        } else {
-            replicas - target(replicas, weight).min(replicas)
-        };
+        let partition = weight.map_or(replicas, |w| replicas - target(replicas, w).min(replicas));
         role.rollout = Some(RoleRollout {
             partition: Some(i32::try_from(partition).unwrap_or(i32::MAX)),
             stable_revision: Some(stable_revision.to_string()),
+            warm_until: warm_until
+                .and_then(|u| Timestamp::from_second(u).ok())
+                .map(Time),
         });
     }
     whole_groups(&mut spec);
@@ -816,6 +918,7 @@ mod tests {
                 weight,
                 ..CanaryDecision::default()
             },
+            warm_until: None,
             mode,
         }
     }
@@ -928,6 +1031,105 @@ mod tests {
                 .respec
                 .iter()
                 .all(|(_, spec)| spec.min_ready_seconds == Some(20))
+        );
+    }
+
+    /// `service` with its canary aborted by the user at step `step`, in `mode`, keeping
+    /// its pods warm for `delay` seconds.
+    fn aborted(mut service: StormService, mode: CanaryMode, delay: i32) -> StormService {
+        let canary = service
+            .spec
+            .update_strategy
+            .as_mut()
+            .unwrap()
+            .canary
+            .as_mut()
+            .unwrap();
+        canary.abort_scale_down_delay_seconds = Some(delay);
+        let hash = revision_hash(&json!(service.spec.canary_steps()), 0);
+        service.status = Some(
+            serde_json::from_value(json!({"canaryStatus": {
+                "currentStep": 1, "phase": "Paused", "mode": mode,
+                "canaryRevision": "llm-new", "stableRevision": "llm-old",
+                "stepsHash": hash, "abort": true}}))
+            .unwrap(),
+        );
+        service
+    }
+
+    #[test]
+    fn an_aborted_replica_canary_keeps_its_rolesets_out_of_traffic_until_the_delay_ends() {
+        let service = aborted(stormservice(4, "engine:2", true), CanaryMode::Replica, 60);
+        let rolesets: Vec<RoleSet> = (0..4)
+            .map(|i| live(i, if i < 2 { "llm-new" } else { "llm-old" }, true))
+            .collect();
+        let pass = pass_for(&service, "llm-old", &rolesets);
+        let canary = pass.canary.as_ref().unwrap();
+        assert!(canary.decision.aborting);
+        assert_eq!(canary.warm_until, Some(1_060));
+        let status = canary.decision.status.as_ref().unwrap();
+        assert_eq!(
+            status.warm_until.as_ref().map(|t| t.0.as_second()),
+            Some(1_060)
+        );
+        assert_eq!(
+            canary.decision.requeue_after,
+            Some(60),
+            "due when the delay ends"
+        );
+        assert!(pass.action.delete.is_empty(), "{:?}", pass.action);
+        let closed: Vec<&str> = pass
+            .respec
+            .iter()
+            .filter(|(_, spec)| spec.serving_gate == Some(ServingGate::Closed))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(closed, ["llm-roleset-0", "llm-roleset-1"]);
+        // They hold room (maxSurge 1): one stable RoleSet is created beside them.
+        assert_eq!(pass.creates.len(), 1);
+        assert_eq!(
+            pass.creates[0].roleset.labels()[LABEL_STORM_SERVICE_REVISION],
+            "llm-old",
+            "the aborted canary's target is the stable revision"
+        );
+        assert!(
+            pass.creates
+                .iter()
+                .all(|c| c.roleset.spec.serving_gate == Some(ServingGate::Open)),
+            "every RoleSet's pods carry the gate while a warm abort may come"
+        );
+
+        // Without the delay, the canary's RoleSets are outdated RoleSets like any other,
+        // serving until the budgets let them go.
+        let service = aborted(stormservice(4, "engine:2", true), CanaryMode::Replica, 0);
+        let pass = pass_for(&service, "llm-old", &rolesets);
+        assert_eq!(pass.canary.as_ref().unwrap().warm_until, None);
+        assert!(pass.respec.iter().all(|(_, s)| s.serving_gate.is_none()));
+        assert!(
+            pass.creates
+                .iter()
+                .all(|c| c.roleset.spec.serving_gate.is_none())
+        );
+    }
+
+    #[test]
+    fn an_aborted_pooled_canary_keeps_its_pods_warm_through_the_rollout_block() {
+        let service = aborted(stormservice(1, "engine:2", true), CanaryMode::Pooled, 60);
+        let pooled = live(0, "llm-new", true);
+        let pass = pass_for(&service, "llm-old", std::slice::from_ref(&pooled));
+        assert_eq!(pass.canary.as_ref().unwrap().warm_until, Some(1_060));
+        let (_, spec) = &pass.respec[0];
+        let decode = spec
+            .roles
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|r| r.name == "decode");
+        let rollout = decode.unwrap().rollout.as_ref().unwrap();
+        assert_eq!(rollout.partition, Some(4), "every pod stable");
+        assert_eq!(
+            rollout.warm_until.as_ref().map(|t| t.0.as_second()),
+            Some(1_060)
         );
     }
 

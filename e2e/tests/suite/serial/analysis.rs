@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use e2e::operator::{Operator, cluster_dir, counter_sum, free_port, squall_bin};
+use e2e::operator::{Operator, cluster_dir, counter_sum, free_port, squall};
 use e2e::prometheus::{Exporter, Prometheus};
 use e2e::roles::{assert_pod_budgets, assert_roleset_budgets, replay, stormservice};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
@@ -184,21 +184,6 @@ async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String)> {
         .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Canary")))
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
-}
-
-fn squall(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(squall_bin())
-        .args(args)
-        .output()
-        .expect("squall runs");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use e2e::operator::{Operator, counter_sum, http_get, squall_bin};
+use e2e::operator::{Operator, counter_sum, http_get, squall};
 use e2e::roles::{hash_of, replay, stormservice, stormservice_settled};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for, wait_for_all};
 use k8s_openapi::api::core::v1::Pod;
@@ -238,11 +238,8 @@ async fn min_ready_seconds_holds_deletes_and_canary_steps_until_pods_are_warm_an
         gate_started - since
     );
 
-    let promote = std::process::Command::new(squall_bin())
-        .args(["promote", "warm", "-n", ns.name()])
-        .output()
-        .unwrap();
-    assert!(promote.status.success(), "{promote:?}");
+    let (code, output) = squall(&["promote", "warm", "-n", ns.name()]);
+    assert_eq!(code, 0, "{output}");
     let done = wait_for(&api, "warm", "warm Ready on engine:2", TIMEOUT, |ss| {
         stormservice_settled(ss, None)
             && ss

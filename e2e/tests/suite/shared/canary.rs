@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use e2e::operator::{counter_sum, shared_operator_admin, squall_bin};
+use e2e::operator::{counter_sum, shared_operator_admin, squall, squall_bin};
 use e2e::roles::{assert_roleset_budgets, replay, roleset_ready, stormservice};
 use e2e::{Recorder, TestNamespace, client, install_crds, wait_for};
 use k8s_openapi::api::core::v1::Pod;
@@ -40,21 +40,6 @@ fn condition_status<'a>(ss: Option<&'a StormService>, type_: &str) -> Option<&'a
         .flatten()
         .find(|c| c.type_ == type_)
         .map(|c| c.status.as_str())
-}
-
-fn squall(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(squall_bin())
-        .args(args)
-        .output()
-        .expect("squall runs");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 /// Runs `kubectl squall ARGS` with the squall binary on `PATH` as the plugin

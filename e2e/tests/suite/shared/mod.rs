@@ -13,3 +13,4 @@ mod roleset_partition;
 mod roleset_writes;
 mod stormservice;
 mod tenancy;
+mod warm_abort;

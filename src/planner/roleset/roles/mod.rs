@@ -34,6 +34,9 @@ pub struct PodView {
     pub available: bool,
     /// Ready, not yet available: the Unix second it will be.
     pub available_at: Option<i64>,
+    /// It carries the serving gate (docs/rollouts.md#the-serving-gate): it can leave traffic
+    /// without being deleted.
+    pub gated: bool,
     /// Creation time (Unix seconds), to delete newer pods first.
     pub created: i64,
     /// Slot (`role-replica-index`) of a stateful role's pod; None when absent or unparsable.
@@ -81,6 +84,10 @@ pub struct RoleInput {
     pub in_place: bool,
     /// Outdated pods that cannot be updated in place, with the reason.
     pub ineligible: BTreeMap<String, String>,
+    /// An aborted pooled canary's pods are kept warm now (its `rollout.warmUntil` is ahead
+    /// and its partition keeps every pod stable): gated pods on the target template stay,
+    /// out of traffic, neither counted nor deleted, but holding room under `maxSurge`.
+    pub warm: bool,
 }
 
 /// What to do for one role.
@@ -132,6 +139,8 @@ pub(super) struct Counts<'a> {
     finished: Vec<&'a PodView>,
     /// Active pods off the target template that the partition keeps.
     kept: BTreeSet<&'a str>,
+    /// Pods kept warm (see [`RoleInput::warm`]).
+    pub(super) warm: Vec<&'a PodView>,
 }
 
 impl RoleInput {
@@ -141,10 +150,16 @@ impl RoleInput {
             terminating: 0,
             finished: Vec::new(),
             kept: BTreeSet::new(),
+            warm: Vec::new(),
         };
+        // Stateful slots and gangs take their names back at once: only a stateless role's
+        // pods can wait beside their replacements.
+        let warm = self.warm && !self.stateful && self.partition >= self.desired;
         for pod in &self.pods {
             if pod.terminating || self.pending_deletes.contains(&pod.name) {
                 counts.terminating += 1;
+            } else if warm && pod.running && pod.gated && pod.hash == self.target_hash {
+                counts.warm.push(pod);
             } else if pod.running {
                 counts.active.push(pod);
             } else {
@@ -153,6 +168,11 @@ impl RoleInput {
         }
         counts.kept = self.kept_stable(&counts.active);
         counts
+    }
+
+    /// The pods kept warm, out of traffic (see [`RoleInput::warm`]).
+    pub fn warm_pods(&self) -> Vec<String> {
+        self.counts().warm.iter().map(|p| p.name.clone()).collect()
     }
 
     /// Whether a pod off the target template may stay as a stable pod.
@@ -201,6 +221,23 @@ impl RoleInput {
         }
     }
 
+    /// Which side has more active pods than it wants (true: the target template's, false:
+    /// the stable ones the partition keeps), when one does.
+    fn over_share(&self, counts: &Counts<'_>) -> Option<bool> {
+        let on_target = counts
+            .active
+            .iter()
+            .filter(|p| p.hash == self.target_hash)
+            .count() as u32;
+        if on_target > self.want_target(counts) {
+            Some(true)
+        } else if counts.kept.len() as u32 > self.want_stable(counts) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
     /// Pods wanted on the target template (stateless).
     fn want_target(&self, counts: &Counts<'_>) -> u32 {
         self.desired - self.want_stable(counts)
@@ -242,11 +279,13 @@ impl RoleInput {
             + pending
     }
 
-    /// Room under `desired + maxSurge`, counting terminating pods (they still hold resources),
-    /// and at most [`MAX_CREATES_PER_PASS`]: a role of thousands fills up over several passes.
+    /// Room under `desired + maxSurge`, counting terminating and warm pods (they still hold
+    /// resources), and at most [`MAX_CREATES_PER_PASS`]: a role of thousands fills up over
+    /// several passes.
     fn create_room(&self, counts: &Counts<'_>) -> u32 {
+        let holding = self.active_total(counts) + counts.terminating + counts.warm.len() as u32;
         (self.desired + self.budgets.max_surge)
-            .saturating_sub(self.active_total(counts) + counts.terminating)
+            .saturating_sub(holding)
             .min(MAX_CREATES_PER_PASS)
     }
 
@@ -267,8 +306,18 @@ impl RoleInput {
             let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
             let mut ready = self.available(&counts);
             let mut candidates = counts.active.clone();
-            candidates
-                .sort_by_key(|p| (!self.outdated(p, &counts), p.available, Reverse(p.created)));
+            // Outdated pods first, then the side over its share (the target's pods of an
+            // aborted pooled canary, whoever was created last), not-available ones, the newest.
+            let over = self.over_share(&counts);
+            candidates.sort_by_key(|p| {
+                let side = p.hash == self.target_hash;
+                (
+                    !self.outdated(p, &counts),
+                    over != Some(side),
+                    p.available,
+                    Reverse(p.created),
+                )
+            });
             for pod in candidates {
                 if surplus == 0 {
                     break;
@@ -994,6 +1043,7 @@ mod tests {
             ready,
             available: ready,
             available_at: None,
+            gated: false,
             created: 0,
             slot: None,
             in_place_target: None,
@@ -1021,6 +1071,7 @@ mod tests {
             pending_deletes: BTreeSet::new(),
             in_place: false,
             ineligible: BTreeMap::new(),
+            warm: false,
         }
     }
 
@@ -1400,6 +1451,8 @@ mod tests {
                         available: ready && running && !terminating && !warming,
                         available_at: (ready && running && !terminating && warming)
                             .then_some(1_000),
+                        // Every other pod can leave traffic without being deleted.
+                        gated: i.is_multiple_of(2),
                         created,
                         slot: Some(i as u32 % 4),
                         in_place_target: target.map(String::from),
@@ -1419,7 +1472,13 @@ mod tests {
                     Just((desired, surge, unavailable, pending)),
                     pods,
                     proptest::collection::btree_set(0usize..9, 0..3),
-                    (any::<bool>(), 0..=desired, any::<bool>(), 0u32..2),
+                    (
+                        any::<bool>(),
+                        0..=desired,
+                        any::<bool>(),
+                        0u32..2,
+                        any::<bool>(),
+                    ),
                     proptest::collection::btree_set(0..desired.max(1), 0..2),
                     (
                         any::<bool>(),
@@ -1436,11 +1495,12 @@ mod tests {
                     slots,
                     in_place,
                 )| {
-                    let (stateful, partition, stable_known, pending_stable) = partition;
+                    let (stateful, partition, stable_known, pending_stable, warm) = partition;
                     let (in_place, ineligible) = in_place;
                     let mut r = role(desired, surge, unavailable, pods);
                     r.stateful = stateful;
                     r.partition = partition;
+                    r.warm = warm;
                     r.stable_hash = stable_known.then(|| "stable".into());
                     if stateful {
                         r.pending_slots = slots;
@@ -1500,12 +1560,17 @@ mod tests {
         #[test]
         fn actions_respect_the_budgets(r in arb_role(), mode in 0u8..3, step in 1u32..5) {
             let counts = r.counts();
-            let before = r.active_total(&counts) + counts.terminating;
+            let before = r.active_total(&counts) + counts.terminating + counts.warm.len() as u32;
             let action = match mode {
                 0 => r.scale(),
                 1 => r.rollout(),
                 _ => r.rollout_by_step(step),
             };
+            // docs/rollouts.md#warm-abort: a warm pod stays until its time is up.
+            let warm = r.warm_pods();
+            prop_assert!(action.delete.iter().all(|n| !warm.contains(n)),
+                "deleted a warm pod: {:?} of {warm:?}", action.delete);
+            prop_assert!(warm.is_empty() || (r.warm && !r.stateful && r.partition >= r.desired));
             let limit = r.desired + r.budgets.max_surge;
             prop_assert!(action.creates() == 0 || before + action.creates() <= limit,
                 "created {} with {before} present, limit {limit}", action.creates());
