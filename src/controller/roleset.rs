@@ -47,6 +47,7 @@ use crate::planner::roleset::status::{
     Failure, Obstacles, ROLESET_COUNTERS, failure, roleset_status, roleset_status_unwritten,
 };
 use crate::planner::roleset::{NewChild, Pass, PassInput, Pending, RoleWrites, decide};
+use crate::planner::serving::Gate;
 use crate::planner::status::Reason;
 
 impl Owner for RoleSet {
@@ -192,9 +193,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let pod_writes = Writes::<Pod>::beside(ctx, roleset);
     let podset_writes = Writes::<PodSet>::beside(ctx, roleset);
     // Gates first: a pod stops serving before the partner it relies on goes.
-    for (name, servable) in &pass.gates {
-        set_pairing_condition(&pod_writes, name, *servable, now).await?;
-        ctx.expectations.expect_gate(&key, name, *servable);
+    for gate in &pass.gates {
+        set_serving_condition(&pod_writes, gate, now).await?;
+        ctx.expectations.expect_gate(&key, &gate.pod, gate.servable);
     }
     let pod_uids = uids(pods.iter().map(|p| &**p));
     let podset_uids = uids(podsets.iter().map(|p| &**p));
@@ -528,31 +529,25 @@ async fn set_in_place_condition(
     Ok(())
 }
 
-/// Sets a paired pod's pairing condition (docs/rollouts.md#pairing) — and, when it turns
-/// False, Ready with it, so endpoints stop listing the pod now rather than when its kubelet
-/// next syncs. True leaves Ready to the kubelet, which checks the containers too.
-async fn set_pairing_condition(
+/// Sets a gated pod's serving condition (docs/rollouts.md#the-serving-gate) — and, when it
+/// turns False, Ready with it, so endpoints stop listing the pod now rather than when its
+/// kubelet next syncs. True leaves Ready to the kubelet, which checks the containers too.
+async fn set_serving_condition(
     api: &Writes<'_, Pod>,
-    name: &str,
-    servable: bool,
+    gate: &Gate,
     now: Timestamp,
 ) -> Result<(), Error> {
     let now = now.to_string();
-    let reason = if servable {
-        Reason::PartnersReady
-    } else {
-        Reason::NoPartner
-    }
-    .as_str();
+    let reason = gate.reason.as_str();
     let mut conditions = vec![json!({"type": CONDITION_PAIRING_SERVABLE,
-        "status": if servable { "True" } else { "False" },
+        "status": if gate.servable { "True" } else { "False" },
         "reason": reason, "lastTransitionTime": now})];
-    if !servable {
+    if !gate.servable {
         conditions.push(json!({"type": "Ready", "status": "False", "reason": reason,
             "lastTransitionTime": now}));
     }
     api.patch_status(
-        name,
+        &gate.pod,
         &Patch::Strategic(json!({"status": {"conditions": conditions}})),
     )
     .await?;

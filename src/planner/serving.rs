@@ -17,6 +17,7 @@ use crate::api::keys::{
     ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PODSET_NAME,
 };
 use crate::api::pod::CachedPod;
+use crate::planner::status::Reason;
 
 /// A pod's serving condition, as written when the cache does not show it yet; None while
 /// absent.
@@ -84,6 +85,33 @@ pub fn gate_writes(
         .collect()
 }
 
+/// A serving condition to write on a pod, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// The pod.
+    pub pod: String,
+    /// The condition's status: True lets the pod serve.
+    pub servable: bool,
+    /// The condition's reason.
+    pub reason: Reason,
+}
+
+impl Gate {
+    /// A gate pairing decided: its reason follows from its status.
+    pub fn paired(pod: String, servable: bool) -> Self {
+        let reason = if servable {
+            Reason::PartnersReady
+        } else {
+            Reason::NoPartner
+        };
+        Self {
+            pod,
+            servable,
+            reason,
+        }
+    }
+}
+
 /// Whether a pod declares the serving gate or already carries its condition (only such a
 /// pod can be taken out of traffic without being deleted).
 pub(crate) fn gated(pod: &CachedPod) -> bool {
@@ -101,7 +129,7 @@ pub fn gates<'a>(
     gangs: &Gangs<'_>,
     held_out: &BTreeSet<String>,
     written: &BTreeMap<String, bool>,
-) -> Vec<(String, bool)> {
+) -> Vec<Gate> {
     let mut writes = Vec::new();
     for unit in units {
         let members: Vec<&CachedPod> = match gangs.members(unit) {
@@ -110,9 +138,18 @@ pub fn gates<'a>(
         };
         let out = held_out.contains(unit);
         for pod in members.into_iter().filter(|p| gated(p)) {
-            let servable = !out && up(pod);
+            let reason = match (out, up(pod)) {
+                (true, _) => Reason::HeldOut,
+                (false, true) => Reason::Serving,
+                (false, false) => Reason::NotUp,
+            };
+            let servable = reason == Reason::Serving;
             if gate(pod, written).unwrap_or(false) != servable {
-                writes.extend(pod.metadata.name.clone().map(|name| (name, servable)));
+                writes.extend(pod.metadata.name.clone().map(|pod| Gate {
+                    pod,
+                    servable,
+                    reason,
+                }));
             }
         }
     }
@@ -159,13 +196,20 @@ mod tests {
             &held_out,
             &BTreeMap::new(),
         );
+        let said: Vec<(&str, bool, Reason)> = writes
+            .iter()
+            .map(|g| (g.pod.as_str(), g.servable, g.reason))
+            .collect();
         assert_eq!(
-            writes,
-            [("up-closed".to_string(), true), ("warm".to_string(), false)],
+            said,
+            [
+                ("up-closed", true, Reason::Serving),
+                ("warm", false, Reason::HeldOut)
+            ],
             "an open gate stays, a starting pod's unwritten gate is not written False"
         );
         // Written and not yet seen: nothing twice.
-        let written = writes.iter().cloned().collect();
+        let written = writes.iter().map(|g| (g.pod.clone(), g.servable)).collect();
         let again = gates(
             ["up-closed", "up-open", "starting", "warm"],
             &pods,

@@ -165,6 +165,14 @@ pub enum Reason {
     /// Some role of a paired pod's group has no pod of its key ready to serve with it (on a
     /// RoleSet: of some key with a pod up; the message names the role).
     NoPartner,
+    /// A gated pod outside pairing serves: its containers are ready and nothing holds it
+    /// out of traffic.
+    Serving,
+    /// squall holds the pod out of traffic while it keeps running: an aborted canary's pod
+    /// kept warm, or a RoleSet whose `servingGate` is `Closed`.
+    HeldOut,
+    /// A gated pod outside pairing whose containers are not ready (or that moves in place).
+    NotUp,
 }
 
 impl Reason {
@@ -202,6 +210,9 @@ impl Reason {
             Self::InPlaceUpdateCompleted => "InPlaceUpdateCompleted",
             Self::PartnersReady => "PartnersReady",
             Self::NoPartner => "NoPartner",
+            Self::Serving => "Serving",
+            Self::HeldOut => "HeldOut",
+            Self::NotUp => "NotUp",
         }
     }
 }

@@ -42,7 +42,7 @@ use crate::api::{
 use crate::planner::availability::Availability;
 use crate::planner::pairing::{self, group_indexes, paired_pods};
 use crate::planner::podgroup::Gang;
-use crate::planner::serving::{self, Gangs, gate_writes};
+use crate::planner::serving::{self, Gangs, Gate, gate_writes};
 use adoption::{adopt, stale_revision_labels};
 use children::{
     RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
@@ -178,9 +178,9 @@ pub struct Pass {
     /// Live pods and PodSets created before the `topologyPolicy` changed, which keep their
     /// old affinity until replaced (told once per generation), when there are any.
     pub topology_pending: Option<(usize, usize)>,
-    /// Paired pods whose pairing condition changes, with its new status (one pods/status
-    /// patch each).
-    pub gates: Vec<(String, bool)>,
+    /// Gated pods whose serving condition changes, with its new status and reason (one
+    /// pods/status patch each).
+    pub gates: Vec<Gate>,
     /// What the pairing keys serve, when roles are paired (the status reports it).
     pub pairing: Option<pairing::PairingReport>,
     /// The Unix second the pass is due again though no event may come: the next Ready child
@@ -375,7 +375,7 @@ fn pair(
     roles: &[RoleInput],
     held_out: &BTreeSet<String>,
     actions: &mut [RoleAction],
-) -> (Vec<(String, bool)>, Option<pairing::PairingReport>) {
+) -> (Vec<Gate>, Option<pairing::PairingReport>) {
     let written = input.written_gates;
     let gangs = Gangs::new(input.podsets, input.gang_pods);
     let mut paired = paired_pods(groups, input.pods, input.podsets, &gangs, written);
@@ -386,7 +386,7 @@ fn pair(
         .flat_map(|(unit, servable)| {
             gate_writes(&unit, servable, &gangs, written)
                 .into_iter()
-                .map(move |pod| (pod, servable))
+                .map(move |pod| Gate::paired(pod, servable))
         })
         .collect();
     let desired = roles.iter().map(|r| (r.name.clone(), r.desired)).collect();
@@ -413,7 +413,7 @@ fn serve(
     input: &Observed<'_>,
     roles: &[RoleInput],
     held_out: &BTreeSet<String>,
-) -> Vec<(String, bool)> {
+) -> Vec<Gate> {
     let gangs = Gangs::new(input.podsets, input.gang_pods);
     let pods: BTreeMap<&str, &CachedPod> = input
         .pods
@@ -759,6 +759,7 @@ mod tests {
 
     use super::*;
     use crate::api::keys::{ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE};
+    use crate::planner::status::Reason;
     use children::role_children;
 
     fn roleset(roles: Value) -> RoleSet {
@@ -976,7 +977,11 @@ mod tests {
         );
         assert_eq!(
             warm.gates,
-            [("canary-a".to_string(), false)],
+            [Gate {
+                pod: "canary-a".into(),
+                servable: false,
+                reason: Reason::HeldOut
+            }],
             "out of traffic"
         );
         assert_eq!(warm.wake_at, Some(1_000), "due when the time is up");
@@ -1020,7 +1025,14 @@ mod tests {
             &[pods[0].clone(), pods[1].clone(), Arc::new(closed)],
             950,
         );
-        assert_eq!(retried.gates, [("canary-a".to_string(), true)]);
+        assert_eq!(
+            retried.gates,
+            [Gate {
+                pod: "canary-a".into(),
+                servable: true,
+                reason: Reason::Serving
+            }]
+        );
         assert!(
             retried.roles[0].action.creates() == 0,
             "the warm pod is taken back, none created: {:?}",
@@ -1035,10 +1047,12 @@ mod tests {
         let hash = target_hash(&rs, "decode");
         let pods = [serving("a", "decode", &hash), serving("b", "decode", &hash)];
         let pass = pass_at(&rs, &pods, 100);
-        assert_eq!(
-            pass.gates,
-            [("a".to_string(), false), ("b".to_string(), false)]
-        );
+        let closed: Vec<(&str, bool)> = pass
+            .gates
+            .iter()
+            .map(|g| (g.pod.as_str(), g.servable))
+            .collect();
+        assert_eq!(closed, [("a", false), ("b", false)]);
         assert!(pass.roles[0].action.is_empty());
         rs.spec.serving_gate = None;
         assert!(
