@@ -461,13 +461,17 @@ pub fn render(service: &StormService) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<16} {:>8} {:>6} {:>8} {:>14}",
-        "ROLE", "REPLICAS", "READY", "UPDATED", "UPDATED-READY"
+        "{:<16} {:>8} {:>6} {:>9} {:>8} {:>14}",
+        "ROLE", "REPLICAS", "READY", "AVAILABLE", "UPDATED", "UPDATED-READY"
     );
     for role in status.role_statuses.iter().flatten() {
+        // Ready for `minReadySeconds`; a status from before squall counted it says nothing.
+        let available = role
+            .available_replicas
+            .map_or_else(|| "-".to_string(), |n| n.to_string());
         let _ = writeln!(
             out,
-            "{:<16} {:>8} {:>6} {:>8} {:>14}",
+            "{:<16} {:>8} {:>6} {available:>9} {:>8} {:>14}",
             role.name,
             role.replicas,
             role.ready_replicas,
@@ -592,10 +596,11 @@ mod tests {
                     "roles": [{"name": "decode", "target": 2, "updated": 2, "updatedReady": 1}],
                 },
                 "roleStatuses": [{"name": "decode", "replicas": 4, "readyReplicas": 4,
-                    "updatedReplicas": 2, "updatedReadyReplicas": 1}],
+                    "availableReplicas": 3, "updatedReplicas": 2, "updatedReadyReplicas": 1}],
             },
         }))
         .unwrap();
+        let mut aborted = service.clone();
         let table = render(&service);
         // Three steps (the final 100 % implied), the second current: "2/3", and the list
         // numbered as the header counts.
@@ -618,13 +623,31 @@ mod tests {
             table.contains("canary decode           target 2  updated 2  ready 1 (RoleSets)"),
             "{table}"
         );
-        assert!(
-            table.lines().last().unwrap().starts_with("decode"),
-            "{table}"
+        let decode: Vec<&str> = table.lines().last().unwrap().split_whitespace().collect();
+        assert_eq!(
+            decode,
+            ["decode", "4", "4", "3", "2", "1"],
+            "replicas, ready, available, updated, updated-ready: {table}"
         );
         assert!(
             !table.contains("PAIRING-KEY"),
             "no pairing, no table: {table}"
+        );
+        assert!(!table.contains("kept warm"), "{table}");
+
+        let canary = aborted
+            .status
+            .as_mut()
+            .unwrap()
+            .canary_status
+            .as_mut()
+            .unwrap();
+        canary.phase = Some(CanaryPhase::Aborted);
+        canary.warm_until = Some(serde_json::from_value(json!("2026-12-06T12:00:00Z")).unwrap());
+        let table = render(&aborted);
+        assert!(
+            table.contains("kept warm, out of traffic, until 2026-12-06T12:00:00Z"),
+            "{table}"
         );
     }
 
