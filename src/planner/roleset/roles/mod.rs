@@ -1582,6 +1582,40 @@ mod tests {
             prop_assert!(action.delete.iter().all(|n| !r.pending_deletes.contains(n)), "no double delete");
         }
 
+        /// docs/rollouts.md#warm-abort: a retry takes the warm pods back. Once the role's
+        /// partition gives the canary `k` pods again, the pods kept warm count toward them:
+        /// no pod is created on the canary template while they cover it.
+        #[test]
+        fn a_retry_takes_the_warm_pods_back_before_creating_any(
+            desired in 1u32..6, stable in 0u32..6, warm in 0u32..4, surge in 0u32..3, k in 1u32..6,
+        ) {
+            let k = k.min(desired);
+            let pod = |name: String, hash: &str| PodView {
+                gated: true,
+                ..super::tests::pod(&name, hash, true)
+            };
+            let pods: Vec<PodView> = (0..stable.min(desired))
+                .map(|i| pod(format!("s{i}"), "stable"))
+                .chain((0..warm).map(|i| pod(format!("w{i}"), "new")))
+                .collect();
+            let mut r = role(desired, surge, 1, pods);
+            r.stable_hash = Some("stable".into());
+            r.partition = desired;
+            r.warm = true;
+            let kept = r.warm_pods();
+            prop_assert_eq!(kept.len() as u32, warm, "every gated canary pod is kept");
+            prop_assert!(r.scale().delete.is_empty() && r.rollout().delete.is_empty());
+            // The retry: the warm time no longer runs, the partition moves.
+            r.warm = false;
+            r.partition = desired - k;
+            let action = r.scale();
+            let action = if action.is_empty() { r.rollout() } else { action };
+            prop_assert!(action.create == 0 || warm < k,
+                "created {} on the canary template with {warm} warm pods for {k}", action.create);
+            prop_assert!(action.create <= k.saturating_sub(warm),
+                "created {} with {warm} warm pods for {k}", action.create);
+        }
+
         /// In-place updates keep `desired - maxUnavailable` Ready pods out of updates (a Ready
         /// pod under update counts as unavailable), start no pod twice, and fall back to
         /// recreating only for an ineligible outdated pod.
