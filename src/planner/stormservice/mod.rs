@@ -176,9 +176,10 @@ pub fn decide(input: &PassInput) -> Result<Pass, RevisionError> {
         rolesets: input
             .rolesets
             .iter()
-            .map(|r| RoleSetView {
-                terminating: warm.iter().any(|w| w.metadata.uid == r.metadata.uid),
-                ..view(r, &moves_to.name, &equivalent)
+            .map(|r| {
+                let mut view = view(r, &moves_to.name, &equivalent);
+                view.terminating |= warm.iter().any(|w| w.metadata.uid == r.metadata.uid);
+                view
             })
             .collect(),
         pending_creates: input.pending_creates.clone(),
@@ -1055,6 +1056,20 @@ mod tests {
             .unwrap(),
         );
         service
+    }
+
+    #[test]
+    fn a_terminating_roleset_is_not_deleted_again() {
+        let service = stormservice(2, "engine:2", false);
+        let mut going = live(0, "llm-old", false);
+        going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let rolesets = [going, live(1, "llm-old", true), live(2, "llm-new", false)];
+        let pass = pass_for(&service, "llm-old", &rolesets);
+        assert!(
+            !pass.action.delete.contains(&"llm-roleset-0".to_string()),
+            "{:?}",
+            pass.action
+        );
     }
 
     #[test]

@@ -84,6 +84,7 @@ async fn an_aborted_canary_stays_warm_out_of_traffic_and_a_retry_takes_the_same_
     let pod_recorder = Recorder::start(pods.clone()).await;
     pod_recorder.catch_up(&pods).await;
     let start = pod_recorder.events().len();
+    let slice_recorder = Recorder::start(slices.clone()).await;
 
     // The canary at its gate: one of two pods on engine:2, serving.
     api.patch(
@@ -154,6 +155,22 @@ async fn an_aborted_canary_stays_warm_out_of_traffic_and_a_retry_takes_the_same_
     );
 
     // Retry within the delay: the same pod serves again; none is created for the canary.
+    // Until then, no state of the slices listed it as serving since it left them.
+    slice_recorder.catch_up(&slices).await;
+    let mut state = std::collections::BTreeMap::new();
+    let (mut served, mut left) = (false, false);
+    for (i, event) in slice_recorder.events().iter().enumerate() {
+        event.apply_to(&mut state);
+        let listed: Vec<EndpointSlice> = state.values().cloned().collect();
+        let now_serving = serving(&listed, &canary);
+        assert!(
+            !(left && now_serving),
+            "slice event {i}: the aborted canary pod served again before the retry"
+        );
+        left |= served && !now_serving;
+        served |= now_serving;
+    }
+    assert!(left, "the slices showed the canary pod leave");
     let (code, output) = squall(&["retry", "warm", "-n", ns.name()]);
     assert_eq!(code, 0, "{output}");
     wait_for(&api, "warm", "the canary back at its gate", TIMEOUT, |ss| {
