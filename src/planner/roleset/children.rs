@@ -50,13 +50,19 @@ pub fn role_children(
         .flatten()
         .map(|role| {
             let gang = role.pod_group_size_or_default() > 1;
+            // Whether a child carries the serving gate matters only to a RoleSet that holds
+            // children out of traffic; reading it costs a parse of the pod's spec.
+            let gates = roleset.spec.serving_gate.is_some();
             let children = if gang {
                 of_role(podsets, &role.name)
                     .map(|p| podset_view(p, clock))
                     .collect()
             } else {
                 of_role(pods, &role.name)
-                    .map(|p| pod_view(p, clock))
+                    .map(|p| PodView {
+                        gated: gates && gated(p),
+                        ..pod_view(p, clock)
+                    })
                     .collect()
             };
             let rollout = role.rollout.as_ref();
@@ -133,6 +139,8 @@ pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
     }
 }
 
+/// A pod seen as one replica of its role (`gated` left false: [`role_children`] reads it
+/// where it matters).
 pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
     let available = clock.of(pod.ready(), pod.ready_since());
     PodView {
@@ -143,7 +151,7 @@ pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
         ready: pod.ready(),
         available: available.now,
         available_at: available.at,
-        gated: gated(pod),
+        gated: false,
         created: created(&pod.metadata),
         slot: slot_of(pod.labels()),
         in_place_target: in_place_target(pod).cloned(),

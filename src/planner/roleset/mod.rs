@@ -402,7 +402,11 @@ fn held_out(roleset: &RoleSet, roles: &[RoleInput]) -> BTreeSet<String> {
             .flat_map(|r| r.pods.iter().map(|p| p.name.clone()))
             .collect();
     }
-    roles.iter().flat_map(RoleInput::warm_pods).collect()
+    roles
+        .iter()
+        .filter(|r| r.warm)
+        .flat_map(RoleInput::warm_pods)
+        .collect()
 }
 
 /// The serving gates pairing does not decide (docs/rollouts.md#the-serving-gate), on a
