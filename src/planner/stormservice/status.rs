@@ -33,6 +33,8 @@ pub const STORMSERVICE_COUNTERS: &[&str] = &[
     "currentReplicas",
     "updatedReplicas",
     "updatedReadyReplicas",
+    "availableReplicas",
+    "updatedAvailableReplicas",
     "pairing",
 ];
 
@@ -784,6 +786,31 @@ mod tests {
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    #[test]
+    fn every_replica_count_of_the_status_is_a_counter() {
+        // A count left out would be written at once on every change of it: a write per
+        // pod turning Ready, where the counters wait to coalesce.
+        let status = StormServiceStatus {
+            available_replicas: Some(0),
+            updated_available_replicas: Some(0),
+            ..StormServiceStatus::default()
+        };
+        let json = serde_json::to_value(&status).unwrap();
+        let counts: Vec<&String> = json
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(key, value)| {
+                value.is_i64() && (*key == "replicas" || key.ends_with("Replicas"))
+            })
+            .map(|(key, _)| key)
+            .collect();
+        assert!(counts.len() >= 8, "{counts:?}");
+        for key in counts {
+            assert!(STORMSERVICE_COUNTERS.contains(&key.as_str()), "{key}");
+        }
     }
 
     fn service(replicas: i32, paused: bool, status: Option<StormServiceStatus>) -> StormService {
