@@ -74,6 +74,7 @@ fn role_inputs() -> Vec<RoleInput> {
                     slot: None,
                     in_place_target: None,
                     in_place_pending: None,
+                    draining: None,
                 })
                 .collect(),
             stateful: false,

@@ -155,6 +155,8 @@ rule_tests! {
     rule13_paired_roles_are_template_roles => "rule13-pairing-unknown-role.yaml",
     rule13_a_role_is_in_one_pairing_group_once => "rule13-pairing-role-in-two-groups.yaml",
     rule13_a_pairing_protocol_is_a_label_value => "rule13-pairing-protocol-not-a-label-value.yaml",
+    rule14_a_drain_has_a_timeout_of_1s_to_1h => "rule14-drain-without-timeout.yaml",
+    rule14_a_drain_query_uses_its_placeholders_and_interval => "rule14-drain-query.yaml",
     limit_stormservice_replicas => "limit-replicas-too-many.yaml",
     limit_role_replicas => "limit-role-replicas-too-many.yaml",
     limit_roles_per_roleset => "limit-too-many-roles.yaml",

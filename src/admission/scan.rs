@@ -781,6 +781,7 @@ fn role<'a>(s: &mut Scanner<'a>) -> Option<RoleView<'a>> {
         disruption_tolerance: None,
         scheduling_strategy: None,
         rollout: None,
+        drain: None,
     };
     s.object(|s, key| {
         match key {
@@ -806,6 +807,8 @@ fn role<'a>(s: &mut Scanner<'a>) -> Option<RoleView<'a>> {
                 role.scheduling_strategy = s.nullable(scheduling)?,
             ),
             "rollout" => (seen.first(9)?, role.rollout = s.present()?),
+            // Rare (opt-in): serde reads it.
+            "drain" => return None,
             _ => (s.skip()?, ()),
         };
         Some(())

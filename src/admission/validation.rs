@@ -21,6 +21,9 @@ use crate::api::analysis::{
 use crate::api::borrowed::{IntOrStr, Str};
 use crate::api::budget::{Budget, resolve_fenceposts};
 use crate::api::condition::Condition;
+use crate::api::drain::{
+    Drain, DrainQuery, DrainValues, MAX_DRAIN_INTERVAL, MAX_DRAIN_TIMEOUT, render_drain_query,
+};
 use crate::api::duration::pause_seconds;
 use crate::api::limits::{
     MAX_ABORT_SCALE_DOWN_DELAY_SECONDS, MAX_CANARY_STEPS, MAX_CONTAINERS, MAX_LABEL_VALUE_LEN,
@@ -558,9 +561,26 @@ impl<'a> View<'a> {
             .collect()
     }
 
+    /// Each role's drain query with its field path and role name.
+    fn drain_queries(&self) -> Vec<(String, &str, &DrainQuery)> {
+        let (path, spec) = match &self.spec {
+            Spec::StormService(spec) => ("spec.template.spec", spec.template.spec.as_ref()),
+            Spec::RoleSet(spec) => ("spec", Some(spec)),
+        };
+        let roles = spec.and_then(|s| s.roles.as_deref()).unwrap_or_default();
+        roles
+            .iter()
+            .enumerate()
+            .filter_map(|(i, role)| {
+                let query = role.drain.as_ref()?.query.as_ref()?;
+                Some((format!("{path}.roles[{i}].drain.query"), &*role.name, query))
+            })
+            .collect()
+    }
+
     /// Rule 12, where the operator's configuration is known (the webhook, `squall lint
-    /// --analysis-config`): each metric must name a configured endpoint, and its query must
-    /// be one that endpoint's tenancy can scope to the object's namespace.
+    /// --analysis-config`): each metric and drain query must name a configured endpoint, and
+    /// its query must be one that endpoint's tenancy can scope to the object's namespace.
     pub fn endpoint_errors(&self, endpoints: &[ConfiguredEndpoint]) -> Vec<FieldError> {
         // Listed only in an error: a valid object allocates nothing here.
         let configured = || {
@@ -571,6 +591,17 @@ impl<'a> View<'a> {
                 names.join(", ")
             }
         };
+        let missing = |path: String, named: &str| FieldError {
+            path,
+            kind: ErrorKind::Invalid {
+                value: format!("{named:?}"),
+                detail: format!(
+                    "no such Prometheus endpoint is configured (configured: {}; \
+                     the operator's --analysis-config names them)",
+                    configured()
+                ),
+            },
+        };
         let metadata = &self.object.metadata;
         let namespace = metadata.namespace.as_deref().unwrap_or("namespace");
         let name = metadata.name.as_deref().unwrap_or("name");
@@ -578,17 +609,10 @@ impl<'a> View<'a> {
         for (path, metric) in self.analysis_metrics() {
             let named = metric.endpoint();
             let Some(endpoint) = endpoints.iter().find(|e| e.name == named) else {
-                errors.push(FieldError {
-                    path: format!("{path}.provider.prometheus.endpoint"),
-                    kind: ErrorKind::Invalid {
-                        value: format!("{named:?}"),
-                        detail: format!(
-                            "no such Prometheus endpoint is configured (configured: {}; \
-                             the operator's --analysis-config names them)",
-                            configured()
-                        ),
-                    },
-                });
+                errors.push(missing(
+                    format!("{path}.provider.prometheus.endpoint"),
+                    named,
+                ));
                 continue;
             };
             let Some(prometheus) = &metric.provider.prometheus else {
@@ -610,6 +634,30 @@ impl<'a> View<'a> {
             if let Err(detail) = endpoint.tenancy.apply(&query, namespace) {
                 errors.push(FieldError {
                     path: format!("{path}.provider.prometheus.query"),
+                    kind: ErrorKind::Invalid {
+                        value: "(as written)".into(),
+                        detail: format!("endpoint {named:?} (tenancy: namespace): {detail}"),
+                    },
+                });
+            }
+        }
+        for (path, role, drain) in self.drain_queries() {
+            let named = drain.endpoint();
+            let Some(endpoint) = endpoints.iter().find(|e| e.name == named) else {
+                errors.push(missing(format!("{path}.endpoint"), named));
+                continue;
+            };
+            let values = DrainValues {
+                pod: "pod",
+                namespace,
+                role,
+            };
+            let Ok(query) = render_drain_query(&drain.query, Some(&values)) else {
+                continue;
+            };
+            if let Err(detail) = endpoint.tenancy.apply(&query, namespace) {
+                errors.push(FieldError {
+                    path: format!("{path}.query"),
                     kind: ErrorKind::Invalid {
                         value: "(as written)".into(),
                         detail: format!("endpoint {named:?} (tenancy: namespace): {detail}"),
@@ -1111,6 +1159,68 @@ fn check_role(role: &RoleView<'_>, path: FieldPath<'_>, report: &mut Report) {
         report.warn(format!(
             "{path}.disruptionTolerance is accepted for AIBrix compatibility and ignored"
         ));
+    }
+    if let Some(drain) = &role.drain {
+        check_drain(drain, path.field("drain"), report);
+    }
+}
+
+/// Rule 14 (docs/admission.md): a drain's timeout is 1 s to 1 h; its query reads one
+/// number through a named endpoint, with the drain placeholders only, at most every 5 m.
+fn check_drain(drain: &Drain, path: FieldPath<'_>, report: &mut Report) {
+    match &drain.timeout {
+        None => report.required(
+            path.field("timeout"),
+            "a drain needs a timeout: the longest a pod waits out of traffic",
+        ),
+        Some(timeout) => check_seconds(timeout, MAX_DRAIN_TIMEOUT, path.field("timeout"), report),
+    }
+    let Some(query) = &drain.query else { return };
+    let query_path = path.field("query");
+    let text = query_path.field("query");
+    if query.query.trim().is_empty() {
+        report.required(text, "a drain query needs a query");
+    } else if query.query.len() > MAX_QUERY_BYTES {
+        report.invalid(
+            text,
+            format!("{} bytes", query.query.len()),
+            &format!("must be at most {MAX_QUERY_BYTES} bytes"),
+        );
+    } else if let Err(detail) = render_drain_query(&query.query, None) {
+        report.invalid(text, "(as written)", &detail);
+    }
+    if query.endpoint.as_deref() == Some("") {
+        report.invalid(
+            query_path.field("endpoint"),
+            "\"\"",
+            "names a configured endpoint; omit it for `default`",
+        );
+    }
+    if let Some(interval) = &query.interval {
+        check_seconds(
+            interval,
+            MAX_DRAIN_INTERVAL,
+            query_path.field("interval"),
+            report,
+        );
+    }
+}
+
+/// A duration of 1 s to `max` seconds.
+fn check_seconds(
+    value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    max: u64,
+    path: FieldPath<'_>,
+    report: &mut Report,
+) {
+    match pause_seconds(Some(&IntOrStr::from(value))) {
+        Err(detail) => report.invalid(path, int_or_string(&value.into()), &detail),
+        Ok(Some(seconds)) if !(1..=max).contains(&seconds) => report.invalid(
+            path,
+            int_or_string(&value.into()),
+            &format!("must be between 1s and {max}s"),
+        ),
+        Ok(_) => {}
     }
 }
 

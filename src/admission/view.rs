@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 
 use crate::api::analysis::Analysis;
 use crate::api::borrowed::{IntOrStr, Str};
+use crate::api::drain::Drain;
 use crate::api::duration::pause_seconds;
 
 use crate::api::{
@@ -313,6 +314,9 @@ pub struct RoleView<'a> {
     /// `rollout` (written by the StormService controller).
     #[serde(default)]
     pub rollout: Option<IgnoredAny>,
+    /// `drain`, read whole (rare, and small by its bounds).
+    #[serde(default)]
+    pub drain: Option<Box<Drain>>,
 }
 
 /// A role's `updateStrategy`.

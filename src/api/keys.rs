@@ -92,6 +92,12 @@ pub const LABEL_PAIRING_KEY: &str = "pairing.squall.dev/key";
 /// EndpointSlice lists it as serving.
 pub const CONDITION_PAIRING_SERVABLE: &str = "pairing.squall.dev/servable";
 
+/// When squall took a pod (or PodSet) out of traffic to drain it, RFC 3339
+/// (docs/rollouts.md#drain-before-delete): the drain's clock survives an operator restart.
+pub const ANNOTATION_DRAIN_STARTED: &str = "drain.squall.dev/started";
+/// A draining pod's requests in flight, as last read (what `squall status` shows).
+pub const ANNOTATION_DRAIN_IN_FLIGHT: &str = "drain.squall.dev/in-flight";
+
 /// PodSet finalizer (its pods go first).
 pub const FINALIZER_PODSET: &str = "orchestration.aibrix.ai/podset-finalizer";
 /// RoleSet finalizer (ordered deletion of its children).

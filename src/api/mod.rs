@@ -8,6 +8,7 @@ pub mod budget;
 pub mod common;
 pub mod condition;
 pub mod defaults;
+pub mod drain;
 pub mod duration;
 pub mod keys;
 pub mod limits;

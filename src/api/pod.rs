@@ -187,12 +187,18 @@ impl CachedPod {
     /// Since when (Unix seconds) its Ready condition has been True; `None` when it is not
     /// Ready, or is without a transition time (a kubelet always sets one).
     pub fn ready_since(&self) -> Option<i64> {
+        self.condition_since("Ready", "True")
+    }
+
+    /// Since when (Unix seconds) its condition `type_` has had `status`; `None` when it has
+    /// not, or is without a transition time.
+    pub fn condition_since(&self, type_: &str, status: &str) -> Option<i64> {
         self.status
             .as_ref()?
             .conditions
             .as_ref()?
             .iter()
-            .find(|c| c.type_ == "Ready" && c.status == "True")?
+            .find(|c| c.type_ == type_ && c.status == status)?
             .last_transition_time
             .as_ref()
             .map(|t| t.0.as_second())

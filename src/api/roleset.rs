@@ -159,6 +159,10 @@ pub struct RoleSpec {
     /// owns (rejected inside a StormService template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RoleRollout>,
+    /// Drain before delete (docs/rollouts.md#drain-before-delete): a serving pod of the role
+    /// leaves traffic and finishes its requests before it is deleted or updated in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<super::drain::Drain>,
 }
 
 /// How a role's pods are replaced when its template changes.

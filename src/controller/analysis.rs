@@ -13,15 +13,16 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::Deserialize;
 use tokio::sync::{Mutex, Semaphore, broadcast};
 use tokio::time::Instant;
 
 use crate::api::analysis::{AnalysisMetric, QueryValues, render_query};
+use crate::api::drain::{DrainQuery, DrainValues, render_drain_query};
 use crate::api::duration::parse_duration;
 use crate::api::tenancy::{ConfiguredEndpoint, Tenancy, is_label_name};
-use crate::api::{CanaryStep, StormService};
+use crate::api::{CanaryStep, RoleSet, StormService};
 use crate::planner::stormservice::canary::analysis::{Due, Measured, Subject};
 
 /// Most endpoints a configuration may name.
@@ -264,7 +265,8 @@ pub struct Providers {
     by_name: BTreeMap<String, Endpoint>,
     in_flight: Semaphore,
     jobs: std::sync::Mutex<Jobs>,
-    finished: broadcast::Sender<(String, String)>,
+    /// (kind, namespace, name) of the owner whose query has just been answered.
+    finished: broadcast::Sender<(Kind, String, String)>,
 }
 
 /// One configured endpoint: where numbers come from, and how queries to it are scoped.
@@ -290,17 +292,34 @@ const ONCE_SPACING: Duration = Duration::from_secs(10);
 /// measurement is due by the status alone.
 const REMEMBERED: Duration = Duration::from_secs(crate::api::analysis::MAX_ANALYSIS_WAIT);
 
-/// A measurement of one metric of one StormService.
+/// An owner's kind, as `kube::Resource::kind` gives it.
+type Kind = std::borrow::Cow<'static, str>;
+
+/// A query of one owner: a measurement of one metric of a StormService, or a reading of
+/// a draining pod's requests in flight for its RoleSet.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct JobKey {
     namespace: String,
+    /// The owner's UID.
     uid: String,
-    due: Due,
+    asked: Asked,
+}
+
+/// What a query is for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Asked {
+    /// A due canary measurement.
+    Measurement(Due),
+    /// The requests in flight of the draining pod with this UID
+    /// (docs/rollouts.md#drain-before-delete).
+    InFlight(String),
 }
 
 struct Job {
-    /// The StormService's name, to bring its reconcile back.
-    name: String,
+    /// The owner's kind and name, to bring its reconcile back.
+    owner: (Kind, String),
+    /// When it was sent, by the wall clock (Unix seconds): a drain counts a reading by it.
+    sent_at: i64,
     /// The query as sent.
     query: String,
     /// When it was sent, by the operator's clock.
@@ -396,19 +415,24 @@ impl Providers {
             .collect()
     }
 
-    /// The StormServices (namespace, name) whose measurement has just been answered.
+    /// The owners of kind `K` (StormServices, RoleSets) whose query has just been answered.
     pub fn finished<K>(&self) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
     where
         K: kube::Resource<DynamicType = ()> + 'static,
     {
-        futures::stream::unfold(self.finished.subscribe(), |mut finished| async move {
-            loop {
-                match finished.recv().await {
-                    Ok((namespace, name)) => {
-                        return Some((ObjectRef::new(&name).within(&namespace), finished));
+        let kind = K::kind(&());
+        futures::stream::unfold(self.finished.subscribe(), move |mut finished| {
+            let kind = kind.clone();
+            async move {
+                loop {
+                    match finished.recv().await {
+                        Ok((of, namespace, name)) if of == kind => {
+                            return Some((ObjectRef::new(&name).within(&namespace), finished));
+                        }
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return None,
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
             }
         })
@@ -464,73 +488,139 @@ impl Providers {
             let key = JobKey {
                 namespace: namespace.clone(),
                 uid: uid.clone(),
-                due,
+                asked: Asked::Measurement(due),
             };
-            if let Some(job) = jobs.by_key.get_mut(&key) {
-                match &job.value {
-                    None => continue,
-                    Some(value) if !job.handed => {
-                        measured.push(Measured {
-                            due,
-                            value: value.clone(),
-                        });
-                        job.handed = true;
-                        continue;
-                    }
-                    // Status timestamps are whole seconds: a measurement due by the status
-                    // comes at least `interval - 1s` after the last query began.
-                    Some(value)
-                        if job.query == query
-                            && job.started.elapsed() + Duration::from_secs(1) < job.interval =>
-                    {
-                        measured.push(Measured {
-                            due,
-                            value: value.clone(),
-                        });
-                        continue;
-                    }
-                    Some(_) => {}
-                }
+            let owner = (StormService::kind(&()), name.clone());
+            if let Some((value, _)) = self.ask(&mut jobs, key, owner, query, endpoint, interval) {
+                measured.push(Measured { due, value });
             }
-            let running = jobs.running.get(&namespace).copied().unwrap_or(0);
-            if running >= NAMESPACE_SHARE || !jobs.room_for(&key) {
-                // Taken by a later reconcile: the due measurement keeps the requeue short.
-                continue;
-            }
-            *jobs.running.entry(namespace.clone()).or_default() += 1;
-            jobs.by_key.insert(
-                key.clone(),
-                Job {
-                    name: name.clone(),
-                    query: query.clone(),
-                    started: Instant::now(),
-                    interval,
-                    value: None,
-                    handed: false,
-                },
-            );
-            let providers = self.clone();
-            let provider = endpoint.provider.clone();
-            let timeout = endpoint.timeout;
-            tokio::spawn(async move {
-                let value = tokio::time::timeout(timeout, async {
-                    let _permit = providers
-                        .in_flight
-                        .acquire()
-                        .await
-                        .map_err(|_| "the operator is stopping".to_string())?;
-                    provider.query(&query).await
-                })
-                .await
-                .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
-                providers.answered(key, value);
-            });
         }
         measured
     }
 
-    /// Keeps a measurement's answer for the next reconcile of its StormService, and brings
-    /// that reconcile back.
+    /// The requests in flight of a RoleSet's draining pods (docs/rollouts.md#drain-before-delete),
+    /// as answered: each pod's reading is asked of the worker like a measurement — off the
+    /// reconcile path, within the namespace's share, again once its `interval` has passed —
+    /// and an answer brings the RoleSet's reconcile back. `at` is when the query was sent.
+    pub fn in_flight<'a>(
+        self: &Arc<Self>,
+        roleset: &RoleSet,
+        asks: impl IntoIterator<Item = InFlightAsk<'a>>,
+    ) -> BTreeMap<String, (Result<f64, String>, i64)> {
+        let namespace = roleset.namespace().unwrap_or_default();
+        let name = roleset.name_any();
+        let uid = roleset.uid().unwrap_or_default();
+        let mut readings = BTreeMap::new();
+        let mut jobs = self.jobs.lock().expect("the analysis jobs");
+        jobs.prune();
+        for ask in asks {
+            let values = DrainValues {
+                pod: ask.pod,
+                namespace: &namespace,
+                role: ask.role,
+            };
+            let interval = Duration::from_secs(ask.query.interval_seconds());
+            let prepared = render_drain_query(&ask.query.query, Some(&values)).and_then(|query| {
+                let endpoint = self.endpoint(ask.query.endpoint())?;
+                Ok((endpoint.tenancy.apply(&query, &namespace)?, endpoint))
+            });
+            let (query, endpoint) = match prepared {
+                Ok(prepared) => prepared,
+                Err(why) => {
+                    let now = super::wall_clock().as_second();
+                    readings.insert(ask.pod.to_string(), (Err(why), now));
+                    continue;
+                }
+            };
+            let key = JobKey {
+                namespace: namespace.clone(),
+                uid: uid.clone(),
+                asked: Asked::InFlight(ask.pod_uid.to_string()),
+            };
+            let owner = (RoleSet::kind(&()), name.clone());
+            if let Some(reading) = self.ask(&mut jobs, key, owner, query, endpoint, interval) {
+                readings.insert(ask.pod.to_string(), reading);
+            }
+        }
+        readings
+    }
+
+    /// The answer to `query` for `key`, with when it was sent: one not yet taken, or the
+    /// last one while `interval` has not passed since it was sent; else a new query is
+    /// started (within the namespace's share and the worker's room) and None says it runs.
+    fn ask(
+        self: &Arc<Self>,
+        jobs: &mut Jobs,
+        key: JobKey,
+        owner: (Kind, String),
+        query: String,
+        endpoint: &Endpoint,
+        interval: Duration,
+    ) -> Option<(Result<f64, String>, i64)> {
+        if let Some(job) = jobs.by_key.get_mut(&key) {
+            match &job.value {
+                None => return None,
+                Some(value) if !job.handed => {
+                    job.handed = true;
+                    return Some((value.clone(), job.sent_at));
+                }
+                // Status timestamps are whole seconds: a measurement due by the status
+                // comes at least `interval - 1s` after the last query began.
+                Some(value)
+                    if job.query == query
+                        && job.started.elapsed() + Duration::from_secs(1) < job.interval =>
+                {
+                    return Some((value.clone(), job.sent_at));
+                }
+                Some(_) => {}
+            }
+        }
+        let running = jobs.running.get(&key.namespace).copied().unwrap_or(0);
+        if running >= NAMESPACE_SHARE || !jobs.room_for(&key) {
+            // Taken by a later reconcile: the due measurement keeps the requeue short.
+            return None;
+        }
+        *jobs.running.entry(key.namespace.clone()).or_default() += 1;
+        jobs.by_key.insert(
+            key.clone(),
+            Job {
+                owner,
+                sent_at: super::wall_clock().as_second(),
+                query: query.clone(),
+                started: Instant::now(),
+                interval,
+                value: None,
+                handed: false,
+            },
+        );
+        let providers = self.clone();
+        let provider = endpoint.provider.clone();
+        let timeout = endpoint.timeout;
+        tokio::spawn(async move {
+            let value = tokio::time::timeout(timeout, async {
+                let _permit = providers
+                    .in_flight
+                    .acquire()
+                    .await
+                    .map_err(|_| "the operator is stopping".to_string())?;
+                provider.query(&query).await
+            })
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
+            providers.answered(key, value);
+        });
+        None
+    }
+
+    /// The endpoint `name`, or why there is none.
+    fn endpoint(&self, name: &str) -> Result<&Endpoint, String> {
+        self.by_name.get(name).ok_or_else(|| {
+            format!("no Prometheus endpoint {name:?} is configured (squall run --analysis-config)")
+        })
+    }
+
+    /// Keeps a query's answer for the next reconcile of its owner, and brings that
+    /// reconcile back.
     fn answered(&self, key: JobKey, value: Result<f64, String>) {
         let mut jobs = self.jobs.lock().expect("the analysis jobs");
         if let Some(running) = jobs.running.get_mut(&key.namespace) {
@@ -541,7 +631,8 @@ impl Providers {
         }
         if let Some(job) = jobs.by_key.get_mut(&key) {
             job.value = Some(value);
-            let _ = self.finished.send((key.namespace, job.name.clone()));
+            let (kind, name) = job.owner.clone();
+            let _ = self.finished.send((kind, key.namespace, name));
         }
     }
 
@@ -556,10 +647,7 @@ impl Providers {
             return Err("the metric names no provider".into());
         };
         let query = render_query(&prometheus.query, Some(values), metric.role.is_some())?;
-        let name = metric.endpoint();
-        let endpoint = self.by_name.get(name).ok_or_else(|| {
-            format!("no Prometheus endpoint {name:?} is configured (squall run --analysis-config)")
-        })?;
+        let endpoint = self.endpoint(metric.endpoint())?;
         // Refused here too: a query stored before the endpoint was scoped is sent nowhere.
         let query = endpoint.tenancy.apply(&query, values.namespace)?;
         // A metric measured once has no interval: a status reset may still not ask again
@@ -570,6 +658,19 @@ impl Providers {
         };
         Ok((query, endpoint, interval))
     }
+}
+
+/// A draining pod whose requests in flight a RoleSet reads.
+#[derive(Clone, Copy, Debug)]
+pub struct InFlightAsk<'a> {
+    /// The pod's name (`{{pod}}`).
+    pub pod: &'a str,
+    /// Its UID: a pod of the same name later is another drain.
+    pub pod_uid: &'a str,
+    /// Its role (`{{role}}`).
+    pub role: &'a str,
+    /// Its role's drain query.
+    pub query: &'a DrainQuery,
 }
 
 /// The revisions a canary's queries are about, as the controller derived them.
@@ -1107,11 +1208,12 @@ mod tests {
         let key = |i: usize| JobKey {
             namespace: "team-a".into(),
             uid: format!("uid-{i}"),
-            due: STEP,
+            asked: Asked::Measurement(STEP),
         };
         let start = Instant::now();
         let job = |i: usize, handed: bool| Job {
-            name: format!("s-{i}"),
+            owner: (StormService::kind(&()), format!("s-{i}")),
+            sent_at: 0,
             query: "up".into(),
             started: start + Duration::from_millis(i as u64),
             interval: Duration::from_secs(30),
@@ -1147,10 +1249,11 @@ mod tests {
         let key = |i: usize| JobKey {
             namespace: "team-a".into(),
             uid: format!("uid-{i}"),
-            due: STEP,
+            asked: Asked::Measurement(STEP),
         };
         let job = |value: Option<Result<f64, String>>| Job {
-            name: "s".into(),
+            owner: (StormService::kind(&()), "s".into()),
+            sent_at: 0,
             query: "up".into(),
             started: Instant::now(),
             interval: Duration::from_secs(30),

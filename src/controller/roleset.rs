@@ -29,24 +29,29 @@ use super::kit::owner::Owner;
 use super::podgroups;
 use super::wall_clock;
 use crate::admission::validation::validate_roleset;
+use crate::api::RoleSpec;
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE,
-    FINALIZER_ROLESET, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_PENDING_REASON,
+    CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE, FINALIZER_ROLESET,
+    LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
+use crate::controller::analysis::InFlightAsk;
 use crate::planner::availability::Availability;
 use crate::planner::podgroup::Gang;
 use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
 use crate::planner::requeue;
 use crate::planner::roleset::adoption::relabel_patch;
-use crate::planner::roleset::children::role_children;
+use crate::planner::roleset::children::{RoleChildren, role_children};
+use crate::planner::roleset::drain::{DrainUnit, DrainWrites, Reading};
 use crate::planner::roleset::in_place::complete_patch;
 use crate::planner::roleset::status::{
     Failure, Obstacles, ROLESET_COUNTERS, failure, roleset_status, roleset_status_unwritten,
 };
 use crate::planner::roleset::{NewChild, Pass, PassInput, Pending, RoleWrites, decide};
+use crate::planner::serving::Gangs;
 use crate::planner::serving::Gate;
 use crate::planner::status::Reason;
 
@@ -74,11 +79,120 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
     owned_children(&ctx.caches.podsets, roleset)
 }
 
-/// Whether squall holds serving gates on the RoleSet's pods: roles are paired, or its
-/// `servingGate` is set (docs/rollouts.md#the-serving-gate).
+/// Whether squall holds serving gates on the RoleSet's pods: roles are paired, its
+/// `servingGate` is set (docs/rollouts.md#the-serving-gate), or a role drains
+/// (docs/rollouts.md#drain-before-delete).
 fn gates_in_use(roleset: &RoleSet) -> bool {
     roleset.spec.serving_gate.is_some()
         || roleset.spec.pairing.as_ref().is_some_and(|g| !g.is_empty())
+        || drains(roleset)
+}
+
+/// Whether a role of the RoleSet drains its pods.
+fn drains(roleset: &RoleSet) -> bool {
+    roleset
+        .spec
+        .roles
+        .iter()
+        .flatten()
+        .any(|r| r.drain.is_some())
+}
+
+/// The drain starts this controller wrote on the RoleSet's children that the cache does not
+/// show yet.
+fn written_drains(
+    key: &str,
+    pods: &[Arc<CachedPod>],
+    podsets: &[Arc<PodSet>],
+    ctx: &Context,
+) -> BTreeMap<String, i64> {
+    let shows =
+        |annotations: &BTreeMap<String, String>| annotations.contains_key(ANNOTATION_DRAIN_STARTED);
+    let seen: HashMap<&str, bool> = pods
+        .iter()
+        .map(|p| (p.metadata.name.as_deref(), shows(p.annotations())))
+        .chain(
+            podsets
+                .iter()
+                .map(|p| (p.metadata.name.as_deref(), shows(p.annotations()))),
+        )
+        .filter_map(|(name, shown)| Some((name?, shown)))
+        .collect();
+    ctx.expectations
+        .observe_drains(key, |name| seen.get(name).copied())
+}
+
+/// The requests in flight of the RoleSet's draining children whose role reads them, as
+/// answered so far (a PodSet's: the sum over its pods, once every one is read).
+fn readings(
+    roleset: &RoleSet,
+    roles: &[RoleChildren],
+    pods: &[Arc<CachedPod>],
+    gangs: &Gangs<'_>,
+    ctx: &Context,
+) -> BTreeMap<String, Reading> {
+    let specs: Vec<&RoleSpec> = roleset.spec.roles.iter().flatten().collect();
+    let by_name: HashMap<&str, &CachedPod> = pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
+        .collect();
+    // Each draining child with its pods.
+    let mut units: Vec<(&str, Vec<&CachedPod>)> = Vec::new();
+    let mut asks = Vec::new();
+    for (spec, role) in specs.iter().zip(roles) {
+        let Some(query) = spec.drain.as_ref().and_then(|d| d.query.as_ref()) else {
+            continue;
+        };
+        for child in role
+            .children
+            .iter()
+            .filter(|c| c.draining.is_some() && !c.terminating)
+        {
+            let members: Vec<&CachedPod> = match gangs.members(&child.name) {
+                Some(members) => members.to_vec(),
+                None => by_name
+                    .get(child.name.as_str())
+                    .copied()
+                    .into_iter()
+                    .collect(),
+            };
+            for pod in &members {
+                let (Some(name), Some(uid)) =
+                    (pod.metadata.name.as_deref(), pod.metadata.uid.as_deref())
+                else {
+                    continue;
+                };
+                asks.push(InFlightAsk {
+                    pod: name,
+                    pod_uid: uid,
+                    role: &spec.name,
+                    query,
+                });
+            }
+            units.push((child.name.as_str(), members));
+        }
+    }
+    if asks.is_empty() {
+        return BTreeMap::new();
+    }
+    let read = ctx.providers.in_flight(roleset, asks);
+    units
+        .into_iter()
+        .filter_map(|(unit, members)| {
+            let mut sum: Result<f64, String> = Ok(0.0);
+            let mut at = i64::MAX;
+            for pod in members {
+                let (value, sent) = read.get(pod.metadata.name.as_deref()?)?;
+                at = at.min(*sent);
+                sum = match (sum, value) {
+                    (Ok(total), Ok(value)) => Ok(total + value),
+                    (Err(why), _) => Err(why),
+                    (_, Err(why)) => Err(why.clone()),
+                };
+            }
+            (at != i64::MAX).then(|| (unit.to_string(), Reading { value: sum, at }))
+        })
+        .collect()
 }
 
 /// The pairing conditions this controller wrote on the RoleSet's pods (and its gangs') that
@@ -139,8 +253,20 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     let gang_pods = paired_gang_pods(roleset, &podsets, ctx);
     let key = Context::key(roleset);
     let written_gates = written_gates(roleset, &key, &pods, &gang_pods, ctx);
+    let written_drains = written_drains(&key, &pods, &podsets, ctx);
     let clock = Availability::new(roleset.spec.min_ready_seconds, now);
     let roles = role_children(roleset, &pods, &podsets, clock);
+    let readings = if drains(roleset) {
+        readings(
+            roleset,
+            &roles,
+            &pods,
+            &Gangs::new(&podsets, &gang_pods),
+            ctx,
+        )
+    } else {
+        BTreeMap::new()
+    };
     let mut pending = Vec::with_capacity(roles.len());
     let mut stable = Vec::with_capacity(roles.len());
     for role in &roles {
@@ -182,6 +308,8 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
         stable,
         gang,
         clock,
+        written_drains: &written_drains,
+        readings: &readings,
     });
     // Write.
     if let Some(sequence) = &pass.sequence
@@ -192,6 +320,9 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     }
     let pod_writes = Writes::<Pod>::beside(ctx, roleset);
     let podset_writes = Writes::<PodSet>::beside(ctx, roleset);
+    // A drain's start is on its child before its gate closes: a restart in between finds
+    // it draining, not serving again.
+    write_drains(roleset, &pass.drain, &pod_writes, &podset_writes, ctx, now).await?;
     // Gates first: a pod stops serving before the partner it relies on goes.
     for gate in &pass.gates {
         set_serving_condition(&pod_writes, gate, now).await?;
@@ -330,6 +461,74 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::requeue(
         requeue::soonest([wait, gang.recheck(), due]).unwrap_or(requeue::RESYNC),
     ))
+}
+
+/// Carries out the drains of a pass (docs/rollouts.md#drain-before-delete): records the
+/// drains that start and the readings that changed on their children, ends the drains of
+/// children kept after all, and warns of each child let go at its timeout.
+async fn write_drains(
+    roleset: &RoleSet,
+    drain: &DrainWrites,
+    pod_writes: &Writes<'_, Pod>,
+    podset_writes: &Writes<'_, PodSet>,
+    ctx: &Context,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let key = Context::key(roleset);
+    let annotate = |unit: &DrainUnit, annotations: serde_json::Value| {
+        let patch = json!({"metadata": {"annotations": annotations}});
+        let (pods, podsets) = (pod_writes, podset_writes);
+        let name = unit.name.clone();
+        let gang = unit.gang;
+        async move {
+            if gang {
+                podsets.patch(&name, &Patch::Merge(&patch)).await.map(drop)
+            } else {
+                pods.patch(&name, &Patch::Merge(&patch)).await.map(drop)
+            }
+        }
+    };
+    for unit in &drain.start {
+        annotate(unit, json!({ANNOTATION_DRAIN_STARTED: now.to_string()})).await?;
+        ctx.expectations
+            .expect_drain(&key, &unit.name, now.as_second());
+    }
+    for (unit, in_flight) in &drain.note {
+        annotate(
+            unit,
+            json!({ANNOTATION_DRAIN_IN_FLIGHT: in_flight.to_string()}),
+        )
+        .await?;
+    }
+    for unit in &drain.cancel {
+        let ended = json!({ANNOTATION_DRAIN_STARTED: null, ANNOTATION_DRAIN_IN_FLIGHT: null});
+        annotate(unit, ended).await?;
+    }
+    if !drain.start.is_empty() || !drain.cancel.is_empty() {
+        tracing::info!(
+            started = drain.start.len(),
+            ended = drain.cancel.len(),
+            "drains"
+        );
+    }
+    for (unit, last) in &drain.timed_out {
+        let in_flight = match last {
+            Some(n) => format!("{n} request(s) still in flight"),
+            None => "no reading of its requests in flight".to_string(),
+        };
+        let kind = if unit.gang { "PodSet" } else { "pod" };
+        ctx.warn(
+            roleset,
+            "DrainTimedOut",
+            "Drain",
+            format!(
+                "{kind} {} of role {} reached its drain timeout with {in_flight}; it goes now",
+                unit.name, unit.role
+            ),
+        )
+        .await;
+    }
+    Ok(())
 }
 
 /// The name of a child a create made or found there (`Err`: the API server's refusal).

@@ -991,6 +991,7 @@ mod tests {
                             in_place_target: p.moving.then(|| "new".into()),
                             in_place_pending: (p.moving && !p.containers_ready)
                                 .then_some(PendingReason::ContainerNotReady),
+                            draining: None,
                         })
                         .collect(),
                     in_place: role.in_place,

@@ -277,10 +277,10 @@ pub fn group_of<'a>(spec: &'a RoleSetSpec, role: &str) -> Option<&'a PairingGrou
 
 /// Whether `role`'s pods declare the serving readiness gate
 /// (docs/rollouts.md#the-serving-gate): every pod of a paired role, and of a RoleSet whose
-/// `servingGate` is set; a multi-node role's gang pods too (its PodSets' template carries
-/// the gate).
+/// `servingGate` is set, and of a role that drains (docs/rollouts.md#drain-before-delete); a
+/// multi-node role's gang pods too (its PodSets' template carries the gate).
 pub fn gated(spec: &RoleSetSpec, role: &RoleSpec) -> bool {
-    spec.serving_gate.is_some() || group_of(spec, &role.name).is_some()
+    spec.serving_gate.is_some() || role.drain.is_some() || group_of(spec, &role.name).is_some()
 }
 
 /// The pairing key of `role`'s pods rendered from `rendered_from` — the RoleSet's spec, or

@@ -7,7 +7,7 @@
 //!
 //! Pure: the RoleSet planner asks which gates to write.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -120,14 +120,15 @@ pub(crate) fn gated(pod: &CachedPod) -> bool {
 }
 
 /// The gate writes for `units` (pods, or PodSets by name) that pairing does not decide: a
-/// gated pod serves while it is up, and not at all while its unit is `held_out`. A pod
+/// gated pod serves while it is up, and not at all while its unit is `held_out` (for the
+/// reason given). A pod
 /// without the gate is left alone, and a gate not yet written is not written False (a gate
 /// without its condition holds the pod out already).
 pub fn gates<'a>(
     units: impl IntoIterator<Item = &'a str>,
     pods: &BTreeMap<&str, &CachedPod>,
     gangs: &Gangs<'_>,
-    held_out: &BTreeSet<String>,
+    held_out: &BTreeMap<String, Reason>,
     written: &BTreeMap<String, bool>,
 ) -> Vec<Gate> {
     let mut writes = Vec::new();
@@ -136,12 +137,12 @@ pub fn gates<'a>(
             Some(gang) => gang.to_vec(),
             None => pods.get(unit).copied().into_iter().collect(),
         };
-        let out = held_out.contains(unit);
+        let out = held_out.get(unit).copied();
         for pod in members.into_iter().filter(|p| gated(p)) {
             let reason = match (out, up(pod)) {
-                (true, _) => Reason::HeldOut,
-                (false, true) => Reason::Serving,
-                (false, false) => Reason::NotUp,
+                (Some(reason), _) => reason,
+                (None, true) => Reason::Serving,
+                (None, false) => Reason::NotUp,
             };
             let servable = reason == Reason::Serving;
             if gate(pod, written).unwrap_or(false) != servable {
@@ -188,7 +189,7 @@ mod tests {
             .into_iter()
             .map(|p| (p.metadata.name.as_deref().unwrap(), p))
             .collect();
-        let held_out = BTreeSet::from(["warm".to_string()]);
+        let held_out = BTreeMap::from([("warm".to_string(), Reason::HeldOut)]);
         let writes = gates(
             ["up-closed", "up-open", "starting", "warm"],
             &pods,

@@ -173,6 +173,9 @@ pub enum Reason {
     HeldOut,
     /// A gated pod outside pairing whose containers are not ready (or that moves in place).
     NotUp,
+    /// squall holds the pod out of traffic until its requests end, then deletes it (or
+    /// updates it in place).
+    Draining,
 }
 
 impl Reason {
@@ -213,6 +216,7 @@ impl Reason {
             Self::Serving => "Serving",
             Self::HeldOut => "HeldOut",
             Self::NotUp => "NotUp",
+            Self::Draining => "Draining",
         }
     }
 }

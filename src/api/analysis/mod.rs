@@ -291,6 +291,27 @@ pub fn render_query(
     values: Option<&QueryValues<'_>>,
     has_role: bool,
 ) -> Result<String, String> {
+    fill(query, &PLACEHOLDERS, |name| match name {
+        "role" if !has_role => Err("uses `{{role}}` but the metric has no `role`".into()),
+        _ => Ok(values.map(|v| match name {
+            "revision.canary" => v.canary_revision,
+            "revision.stable" => v.stable_revision,
+            "role" => v.role.unwrap_or_default(),
+            "namespace" => v.namespace,
+            _ => v.name,
+        })),
+    })
+}
+
+/// `query` with each `{{name}}` of `known` replaced by `value(name)` (None: only checked).
+/// The error names the first placeholder that is unknown or unclosed, passes on `value`'s,
+/// or says the filled query would pass [`MAX_RENDERED_QUERY_BYTES`] (found before it is
+/// built). The one placeholder grammar of analysis and drain queries.
+pub fn fill<'v>(
+    query: &str,
+    known: &[&str],
+    value: impl Fn(&str) -> Result<Option<&'v str>, String>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(query.len() + 64);
     let mut rest = query;
     while let Some(open) = rest.find("{{") {
@@ -300,25 +321,14 @@ pub fn render_query(
             .find("}}")
             .ok_or_else(|| "a `{{` is not closed by `}}`".to_string())?;
         let name = after[..close].trim();
-        let value = match name {
-            "role" if !has_role => {
-                return Err("uses `{{role}}` but the metric has no `role`".into());
-            }
-            _ if !PLACEHOLDERS.contains(&name) => {
-                return Err(format!(
-                    "unknown placeholder `{{{{{name}}}}}`; known: {}",
-                    PLACEHOLDERS.map(|p| format!("{{{{{p}}}}}")).join(", ")
-                ));
-            }
-            _ => values.map(|v| match name {
-                "revision.canary" => v.canary_revision,
-                "revision.stable" => v.stable_revision,
-                "role" => v.role.unwrap_or_default(),
-                "namespace" => v.namespace,
-                _ => v.name,
-            }),
-        };
-        let value = value.unwrap_or_default();
+        if !known.contains(&name) {
+            let known: Vec<String> = known.iter().map(|p| format!("{{{{{p}}}}}")).collect();
+            return Err(format!(
+                "unknown placeholder `{{{{{name}}}}}`; known: {}",
+                known.join(", ")
+            ));
+        }
+        let value = value(name)?.unwrap_or_default();
         rest = &after[close + 2..];
         if out.len() + value.len() + rest.len() > MAX_RENDERED_QUERY_BYTES {
             return Err(format!(

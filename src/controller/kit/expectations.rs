@@ -1,6 +1,6 @@
 //! Creates and deletes issued and not yet observed, per owner and role, and pairing
-//! conditions written and not yet observed, per owner: a lagging cache never makes a pass
-//! create or delete a child twice, or write a pod's gate twice
+//! conditions and drain starts written and not yet observed, per owner: a lagging cache never
+//! makes a pass create or delete a child twice, write a pod's gate twice or drain another
 //! (docs/architecture.md#one-reconcile).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,7 +54,11 @@ type WrittenGates = BTreeMap<String, (bool, Instant)>;
 pub struct Expectations {
     children: Mutex<HashMap<(String, String), Expectation>>,
     gates: Mutex<HashMap<String, WrittenGates>>,
+    drains: Mutex<HashMap<String, WrittenDrains>>,
 }
+
+/// Drain starts written for one owner: child name → the start written, and when.
+type WrittenDrains = BTreeMap<String, (i64, Instant)>;
 
 impl Expectations {
     /// Settles expectations against the children observed now (name, terminating) and
@@ -150,6 +154,43 @@ impl Expectations {
         pending
     }
 
+    /// Records a drain start (Unix seconds) the API server accepted on child `name`
+    /// (docs/rollouts.md#drain-before-delete).
+    pub fn expect_drain(&self, owner: &str, name: &str, started: i64) {
+        self.drains
+            .lock()
+            .expect("expectations lock")
+            .entry(owner.to_string())
+            .or_default()
+            .insert(name.to_string(), (started, Instant::now()));
+    }
+
+    /// Settles the drain starts written for `owner` against the children observed now
+    /// (`seen`: whether a child shows its start, None for a child no longer seen) and returns
+    /// those still unobserved: the pass plans as if the cache showed them, so a lagging cache
+    /// never starts a second drain in place of the first.
+    pub fn observe_drains(
+        &self,
+        owner: &str,
+        seen: impl Fn(&str) -> Option<bool>,
+    ) -> BTreeMap<String, i64> {
+        let mut all = self.drains.lock().expect("expectations lock");
+        let Some(written) = all.get_mut(owner) else {
+            return BTreeMap::new();
+        };
+        written.retain(|name, (_, at)| {
+            seen(name) == Some(false) && at.elapsed() <= EXPECTATION_TIMEOUT
+        });
+        let pending = written
+            .iter()
+            .map(|(name, (started, _))| (name.clone(), *started))
+            .collect();
+        if written.is_empty() {
+            all.remove(owner);
+        }
+        pending
+    }
+
     /// Drops everything recorded for the owner with UID `owner`.
     pub fn forget(&self, owner: &str) {
         self.children
@@ -157,6 +198,7 @@ impl Expectations {
             .expect("expectations lock")
             .retain(|(o, _), _| o != owner);
         self.gates.lock().expect("expectations lock").remove(owner);
+        self.drains.lock().expect("expectations lock").remove(owner);
     }
 }
 
@@ -186,6 +228,29 @@ mod tests {
         expectations.expect_gate("owner", "a", true);
         expectations.forget("owner");
         assert!(expectations.observe_gates("owner", cache).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_written_drain_is_pending_until_observed_its_child_is_gone_or_it_times_out() {
+        let expectations = Expectations::default();
+        for (name, started) in [("a", 10), ("b", 11), ("c", 12)] {
+            expectations.expect_drain("owner", name, started);
+        }
+        let cache = |name: &str| match name {
+            "a" => Some(false),
+            "b" => Some(true),
+            _ => None,
+        };
+        assert_eq!(
+            expectations.observe_drains("owner", cache),
+            BTreeMap::from([("a".to_string(), 10)]),
+            "b is observed and c is gone"
+        );
+        tokio::time::advance(EXPECTATION_TIMEOUT + Duration::from_secs(1)).await;
+        assert!(expectations.observe_drains("owner", cache).is_empty());
+        expectations.expect_drain("owner", "a", 20);
+        expectations.forget("owner");
+        assert!(expectations.observe_drains("owner", cache).is_empty());
     }
 
     #[tokio::test(start_paused = true)]

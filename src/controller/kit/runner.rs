@@ -158,6 +158,7 @@ async fn run_scope(
                 .owns_shared_stream(caches.pods.subscribe())
                 .owns_shared_stream(caches.podsets.subscribe())
                 .watches_shared_stream(caches.pods.subscribe(), gated_gang_owner)
+                .reconcile_on(providers.finished())
                 .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
             guard,

@@ -9,10 +9,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::in_place::pending_reason;
-use super::roles::PodView;
+use super::roles::{Draining, PodView};
+use k8s_openapi::jiff::Timestamp;
+
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, CONDITION_READY, LABEL_ROLE_NAME,
-    LABEL_ROLE_REPLICA_INDEX, LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH,
+    CONDITION_PAIRING_SERVABLE, CONDITION_READY, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
+    LABEL_ROLE_TEMPLATE_HASH,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetPhase, RoleSet, RoleSpec};
@@ -51,8 +54,9 @@ pub fn role_children(
         .map(|role| {
             let gang = role.pod_group_size_or_default() > 1;
             // Whether a child carries the serving gate matters only to a RoleSet that holds
-            // children out of traffic; reading it costs a parse of the pod's spec.
-            let gates = roleset.spec.serving_gate.is_some();
+            // children out of traffic, or a role that drains; reading it costs a parse of the
+            // pod's spec.
+            let gates = roleset.spec.serving_gate.is_some() || role.drain.is_some();
             let children = if gang {
                 of_role(podsets, &role.name)
                     .map(|p| podset_view(p, clock))
@@ -103,17 +107,11 @@ pub(crate) fn of_role<'a, K: ResourceExt>(
 pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
     let phase = podset.status.as_ref().and_then(|s| s.phase);
     let ready = phase == Some(PodSetPhase::Ready);
-    let ready_since = podset
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| {
-            c.iter()
-                .find(|c| c.type_ == CONDITION_READY && c.status == "True")
-        })
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0.as_second());
-    let available = clock.of(ready, ready_since);
+    let ready_since = podset_condition_since(podset, CONDITION_READY, "True");
+    let draining = draining(podset.annotations(), || {
+        podset_condition_since(podset, CONDITION_READY, "False")
+    });
+    let available = clock.of(ready && draining.is_none(), ready_since);
     PodView {
         name: podset.name_any(),
         hash: template_label(podset.labels()),
@@ -136,13 +134,17 @@ pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
         slot: slot_of(podset.labels()),
         in_place_target: None,
         in_place_pending: None,
+        draining,
     }
 }
 
 /// A pod seen as one replica of its role (`gated` left false: [`role_children`] reads it
 /// where it matters).
 pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
-    let available = clock.of(pod.ready(), pod.ready_since());
+    let draining = draining(pod.annotations(), || {
+        pod.condition_since(CONDITION_READY, "False")
+    });
+    let available = clock.of(pod.ready() && draining.is_none(), pod.ready_since());
     PodView {
         name: pod.name_any(),
         hash: template_label(pod.labels()),
@@ -156,7 +158,39 @@ pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
         slot: slot_of(pod.labels()),
         in_place_target: in_place_target(pod).cloned(),
         in_place_pending: in_place_target(pod).and_then(|_| pending_reason(&pod.without_spec())),
+        draining,
     }
+}
+
+/// A child's drain, from its annotations (docs/rollouts.md#drain-before-delete); an
+/// unreadable start is no drain. `out_since`: since when it has not been Ready.
+fn draining(
+    annotations: &BTreeMap<String, String>,
+    out_since: impl FnOnce() -> Option<i64>,
+) -> Option<Draining> {
+    let started = annotations.get(ANNOTATION_DRAIN_STARTED)?;
+    let started = started.parse::<Timestamp>().ok()?.as_second();
+    Some(Draining {
+        started,
+        out_since: out_since(),
+        noted: annotations
+            .get(ANNOTATION_DRAIN_IN_FLIGHT)
+            .and_then(|n| n.parse().ok()),
+    })
+}
+
+/// Since when a PodSet's condition `type_` has had `status`.
+fn podset_condition_since(podset: &PodSet, type_: &str, status: &str) -> Option<i64> {
+    podset
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_second())
 }
 
 fn template_label(labels: &BTreeMap<String, String>) -> String {

@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::api::keys::{
-    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_STATE, ANNOTATION_IN_PLACE_TARGET_HASH,
-    CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_REVISION,
-    LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_PENDING_REASON,
+    ANNOTATION_IN_PLACE_STATE, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
+    CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME,
+    LABEL_ROLE_TEMPLATE_HASH,
 };
 
 /// Env var whose value is the template hash: it differs between revisions by design.
@@ -453,6 +454,17 @@ pub fn start_patch(live: &Pod, desired: &Pod, target_hash: &str) -> Value {
     if !recorded {
         annotations[ANNOTATION_IN_PLACE_STATE] =
             json!(serde_json::to_string(&state).expect("the state serializes"));
+    }
+    // A drained pod's drain ends with the move (docs/rollouts.md#drain-before-delete).
+    for drain in [ANNOTATION_DRAIN_STARTED, ANNOTATION_DRAIN_IN_FLIGHT] {
+        if live
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(drain))
+        {
+            annotations[drain] = Value::Null;
+        }
     }
     json!({"metadata": {"annotations": annotations}, "spec": {"containers": containers}})
 }

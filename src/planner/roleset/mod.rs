@@ -12,6 +12,7 @@
 
 pub mod adoption;
 pub mod children;
+pub mod drain;
 pub mod in_place;
 pub mod roles;
 pub mod status;
@@ -43,12 +44,14 @@ use crate::planner::availability::Availability;
 use crate::planner::pairing::{self, group_indexes, paired_pods};
 use crate::planner::podgroup::Gang;
 use crate::planner::serving::{self, Gangs, Gate, gate_writes};
+use crate::planner::status::Reason;
 use adoption::{adopt, stale_revision_labels};
 use children::{
     RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
 };
+use drain::{DrainWrites, Reading, drain_roles};
 use in_place::{eligibility, has_readiness_gate, start_patch};
-use roles::{PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
+use roles::{Draining, PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 
 /// Creates and deletes of one role issued by earlier passes that the cache does not show yet.
 #[derive(Clone, Debug, Default)]
@@ -86,6 +89,10 @@ pub struct PassInput<'a> {
     pub gang: Gang,
     /// `minReadySeconds` now: the clock `roles` were viewed with.
     pub clock: Availability,
+    /// Drain starts written that the cache does not show yet, by child: when they started.
+    pub written_drains: &'a BTreeMap<String, i64>,
+    /// Requests in flight of draining children, by child, as read.
+    pub readings: &'a BTreeMap<String, Reading>,
 }
 
 /// A child to create, rendered.
@@ -185,8 +192,11 @@ pub struct Pass {
     pub pairing: Option<pairing::PairingReport>,
     /// The Unix second the pass is due again though no event may come: the next Ready child
     /// becomes available (docs/rollouts.md#minreadyseconds), or a role's warm pods are due
-    /// to go (docs/rollouts.md#warm-abort).
+    /// to go (docs/rollouts.md#warm-abort), or a drain's next reading or timeout
+    /// (docs/rollouts.md#drain-before-delete).
     pub wake_at: Option<i64>,
+    /// The drains of the pass.
+    pub drain: DrainWrites,
 }
 
 /// The second half: decides the pass.
@@ -234,6 +244,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         }
         let stable_hash = stable.as_ref().map(|stable| stable.hash.clone());
         let mut children = children;
+        with_written_drains(&mut children.children, input.written_drains);
         let adopted = adopt(
             roleset,
             role,
@@ -292,15 +303,15 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         gang_pods: input.gang_pods,
         written_gates: input.written_gates,
     };
-    let held_out = held_out(roleset, &pass.inputs);
-    if !groups.is_empty() {
-        (pass.gates, pass.pairing) =
-            pair(pairing, &observed, &pass.inputs, &held_out, &mut actions);
-    }
-    if roleset.spec.serving_gate.is_some() {
-        pass.gates
-            .extend(serve(roleset, &observed, &pass.inputs, &held_out));
-    }
+    traffic(
+        roleset,
+        &specs,
+        &observed,
+        (!groups.is_empty()).then_some(pairing),
+        (input.readings, input.clock.now),
+        &mut pass,
+        &mut actions,
+    );
     for ((((role, input), stable), action), adopted) in specs
         .iter()
         .zip(&pass.inputs)
@@ -339,13 +350,85 @@ pub fn decide(input: PassInput<'_>) -> Pass {
     pass.retired_pods = retire(&retired_pods);
     pass.retired_podsets = retire(&retired_podsets);
     pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
-    pass.wake_at = wake_at(&specs, &pass.inputs);
+    pass.wake_at = wake_at(&specs, &pass.inputs, pass.drain.wake_at);
     pass
 }
 
-/// When a pass is due though no event may come: the next Ready child becomes available, or
-/// a role's warm pods are to go.
-fn wake_at(specs: &[&RoleSpec], inputs: &[RoleInput]) -> Option<i64> {
+/// Who serves (docs/rollouts.md#the-serving-gate): pairing holds back the removals in
+/// `actions` a partner needs, drains withhold the removals of children still draining and
+/// start those of serving ones (docs/rollouts.md#drain-before-delete), and the gates follow.
+fn traffic(
+    roleset: &RoleSet,
+    specs: &[&RoleSpec],
+    observed: &Observed<'_>,
+    pairing: Option<&[PairingGroup]>,
+    (readings, now): (&BTreeMap<String, Reading>, i64),
+    pass: &mut Pass,
+    actions: &mut [RoleAction],
+) {
+    let mut held_out = held_out(roleset, &pass.inputs);
+    held_out.extend(
+        pass.inputs
+            .iter()
+            .flat_map(|r| &r.pods)
+            .filter(|p| p.draining.is_some() && !p.terminating)
+            .map(|p| (p.name.clone(), Reason::Draining)),
+    );
+    if let Some(groups) = pairing {
+        (pass.gates, pass.pairing) = pair(groups, observed, &pass.inputs, &held_out, actions);
+    }
+    let gangs: Vec<bool> = specs
+        .iter()
+        .map(|r| r.pod_group_size_or_default() > 1)
+        .collect();
+    pass.drain = drain_roles(specs, &pass.inputs, &gangs, actions, readings, now);
+    for unit in &pass.drain.cancel {
+        held_out.remove(&unit.name);
+    }
+    for unit in &pass.drain.out {
+        held_out.insert(unit.clone(), Reason::Draining);
+    }
+    // Pairing opens no gate a drain closes.
+    let members = Gangs::new(observed.podsets, observed.gang_pods);
+    let started: BTreeSet<&str> = pass
+        .drain
+        .start
+        .iter()
+        .flat_map(|unit| match members.members(&unit.name) {
+            Some(pods) => pods
+                .iter()
+                .filter_map(|p| p.metadata.name.as_deref())
+                .collect(),
+            None => vec![unit.name.as_str()],
+        })
+        .collect();
+    pass.gates
+        .retain(|gate| !started.contains(gate.pod.as_str()));
+    let drains = specs.iter().any(|r| r.drain.is_some()) || !held_out.is_empty();
+    if roleset.spec.serving_gate.is_some() || drains {
+        pass.gates
+            .extend(serve(roleset, observed, &pass.inputs, &held_out));
+    }
+}
+
+/// Marks the children whose drain start was written and is not seen yet as draining.
+fn with_written_drains(children: &mut [PodView], written: &BTreeMap<String, i64>) {
+    for child in children.iter_mut().filter(|c| c.draining.is_none()) {
+        if let Some(&started) = written.get(&child.name) {
+            child.draining = Some(Draining {
+                started,
+                out_since: None,
+                noted: None,
+            });
+            child.available = false;
+            child.available_at = None;
+        }
+    }
+}
+
+/// When a pass is due though no event may come: the next Ready child becomes available, a
+/// role's warm pods are to go, or a drain's next reading or timeout (`drain`).
+fn wake_at(specs: &[&RoleSpec], inputs: &[RoleInput], drain: Option<i64>) -> Option<i64> {
     let warm_ends = specs
         .iter()
         .zip(inputs)
@@ -356,6 +439,7 @@ fn wake_at(specs: &[&RoleSpec], inputs: &[RoleInput]) -> Option<i64> {
         .flat_map(|role| &role.pods)
         .filter_map(|pod| pod.available_at)
         .chain(warm_ends)
+        .chain(drain)
         .min()
 }
 
@@ -373,14 +457,14 @@ fn pair(
     groups: &[PairingGroup],
     input: &Observed<'_>,
     roles: &[RoleInput],
-    held_out: &BTreeSet<String>,
+    held_out: &BTreeMap<String, Reason>,
     actions: &mut [RoleAction],
 ) -> (Vec<Gate>, Option<pairing::PairingReport>) {
     let written = input.written_gates;
     let gangs = Gangs::new(input.podsets, input.gang_pods);
     let mut paired = paired_pods(groups, input.pods, input.podsets, &gangs, written);
     // Out of traffic whatever its key does: [`serve`] closes its gate.
-    paired.retain(|p| !held_out.contains(p.name));
+    paired.retain(|p| !held_out.contains_key(p.name));
     let gates = pair_removals(groups, &paired, roles, actions)
         .into_iter()
         .flat_map(|(unit, servable)| {
@@ -393,19 +477,21 @@ fn pair(
     (gates, Some(pairing::report(groups, &paired, &desired)))
 }
 
-/// The units (pods, or PodSets) held out of traffic while they keep running: every one of
-/// a RoleSet whose serving gate is `Closed`, and the warm pods of its roles.
-fn held_out(roleset: &RoleSet, roles: &[RoleInput]) -> BTreeSet<String> {
+/// The units (pods, or PodSets) held out of traffic while they keep running, and why: every
+/// one of a RoleSet whose serving gate is `Closed`, and the warm pods of its roles.
+fn held_out(roleset: &RoleSet, roles: &[RoleInput]) -> BTreeMap<String, Reason> {
+    let held = |name: &String| (name.clone(), Reason::HeldOut);
     if roleset.spec.serving_gate == Some(ServingGate::Closed) {
         return roles
             .iter()
-            .flat_map(|r| r.pods.iter().map(|p| p.name.clone()))
+            .flat_map(|r| r.pods.iter().map(|p| held(&p.name)))
             .collect();
     }
     roles
         .iter()
         .filter(|r| r.warm)
         .flat_map(RoleInput::warm_pods)
+        .map(|name| (name, Reason::HeldOut))
         .collect()
 }
 
@@ -416,7 +502,7 @@ fn serve(
     roleset: &RoleSet,
     input: &Observed<'_>,
     roles: &[RoleInput],
-    held_out: &BTreeSet<String>,
+    held_out: &BTreeMap<String, Reason>,
 ) -> Vec<Gate> {
     let gangs = Gangs::new(input.podsets, input.gang_pods);
     let pods: BTreeMap<&str, &CachedPod> = input
@@ -429,7 +515,7 @@ fn serve(
         let paired = group_of(&roleset.spec, &role.name).is_some();
         role.pods
             .iter()
-            .filter(move |p| !p.terminating && (!paired || held_out.contains(&p.name)))
+            .filter(move |p| !p.terminating && (!paired || held_out.contains_key(&p.name)))
             .map(|p| p.name.as_str())
     });
     serving::gates(units, &pods, &gangs, held_out, input.written_gates)
@@ -762,7 +848,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::keys::{ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE};
+    use crate::api::keys::{
+        ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE,
+    };
     use crate::planner::status::Reason;
     use children::role_children;
 
@@ -848,6 +936,8 @@ mod tests {
             stable: vec![None; n],
             gang,
             clock: Availability::default(),
+            written_drains: &BTreeMap::new(),
+            readings: &BTreeMap::new(),
         })
     }
 
@@ -864,6 +954,18 @@ mod tests {
 
     /// [`pass`] at the Unix second `now`, with the RoleSet's `minReadySeconds`.
     fn pass_at(rs: &RoleSet, pods: &[Arc<Pod>], now: i64) -> Pass {
+        pass_read(rs, pods, now, &BTreeMap::new(), &BTreeMap::new())
+    }
+
+    /// [`pass_at`], with drain starts written and not yet seen, and readings of requests in
+    /// flight.
+    fn pass_read(
+        rs: &RoleSet,
+        pods: &[Arc<Pod>],
+        now: i64,
+        written_drains: &BTreeMap<String, i64>,
+        readings: &BTreeMap<String, Reading>,
+    ) -> Pass {
         let pods: Vec<Arc<CachedPod>> = pods
             .iter()
             .map(|p| Arc::new(CachedPod::from_pod(p)))
@@ -885,7 +987,156 @@ mod tests {
             stable: vec![None; n],
             gang: Gang::NotRequested,
             clock,
+            written_drains,
+            readings,
         })
+    }
+
+    /// A gated pod out of traffic since `out` for a drain started at `started`.
+    fn draining(name: &str, role: &str, hash: &str, started: i64, out: i64) -> Arc<Pod> {
+        let at = |s: i64| {
+            k8s_openapi::jiff::Timestamp::from_second(s)
+                .unwrap()
+                .to_string()
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels(role, hash),
+                    "annotations": {ANNOTATION_DRAIN_STARTED: at(started)}},
+                "spec": {"containers": [{"name": "c", "image": "engine:1"}],
+                    "readinessGates": [{"conditionType": CONDITION_PAIRING_SERVABLE}]},
+                "status": {"phase": "Running", "conditions": [
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": CONDITION_PAIRING_SERVABLE, "status": "False"},
+                    {"type": "Ready", "status": "False", "lastTransitionTime": at(out)}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn draining_role(rs: &mut RoleSet, query: bool) {
+        let decode = &mut rs.spec.roles.as_mut().unwrap()[0];
+        decode.update_strategy =
+            Some(serde_json::from_value(json!({"maxSurge": 0, "maxUnavailable": 1})).unwrap());
+        decode.drain = Some(
+            serde_json::from_value(if query {
+                json!({"timeout": 60, "query": {"query": "q", "interval": 5}})
+            } else {
+                json!({"timeout": 30})
+            })
+            .unwrap(),
+        );
+    }
+
+    #[test]
+    fn a_rollout_drains_a_pod_out_of_traffic_before_it_deletes_it() {
+        let mut rs = roleset(json!([role("decode", 2, 1)]));
+        draining_role(&mut rs, true);
+        let (old_a, old_b) = (
+            serving("old-a", "decode", "old"),
+            serving("old-b", "decode", "old"),
+        );
+        // The planner picks one pod within maxUnavailable: its drain starts, its gate closes.
+        let start = pass_at(&rs, &[old_a.clone(), old_b.clone()], 1_000);
+        let started: Vec<&str> = start.drain.start.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(started.len(), 1, "{:?}", start.drain);
+        assert!(start.roles[0].action.delete.is_empty(), "nothing goes yet");
+        assert_eq!(
+            start.gates,
+            [Gate {
+                pod: started[0].into(),
+                servable: false,
+                reason: Reason::Draining
+            }]
+        );
+        let name = started[0].to_string();
+        let other = if name == "old-a" { old_b } else { old_a };
+        // Its start written and not yet seen: the next pass drains the same pod, no other.
+        let written = BTreeMap::from([(name.clone(), 1_000)]);
+        let again = pass_read(
+            &rs,
+            &[serving(&name, "decode", "old"), other.clone()],
+            1_001,
+            &written,
+            &BTreeMap::new(),
+        );
+        assert!(again.drain.start.is_empty() && again.roles[0].action.delete.is_empty());
+        assert_eq!(
+            again.roles[0].action.creates(),
+            0,
+            "maxSurge 0: it holds its place"
+        );
+
+        let out = draining(&name, "decode", "old", 1_000, 1_001);
+        let pods = [out, other];
+        let read = |value: f64, at: i64| {
+            BTreeMap::from([(
+                name.clone(),
+                Reading {
+                    value: Ok(value),
+                    at,
+                },
+            )])
+        };
+        // Requests in flight, or a zero read in the second it left: it waits one interval.
+        for readings in [read(3.0, 1_010), read(0.0, 1_001)] {
+            let wait = pass_read(&rs, &pods, 1_010, &BTreeMap::new(), &readings);
+            assert!(wait.roles[0].action.delete.is_empty(), "{readings:?}");
+            assert_eq!(wait.wake_at, Some(1_015));
+            assert!(wait.gates.is_empty(), "its gate stays closed");
+        }
+        let noted = pass_read(&rs, &pods, 1_010, &BTreeMap::new(), &read(3.0, 1_010));
+        assert_eq!(
+            noted.drain.note.len(),
+            1,
+            "the reading is noted for squall status"
+        );
+        // Zero, read after it left: it goes.
+        let idle = pass_read(&rs, &pods, 1_012, &BTreeMap::new(), &read(0.0, 1_011));
+        assert_eq!(idle.roles[0].action.delete, [name.as_str()]);
+        assert!(idle.drain.timed_out.is_empty());
+        // Never zero: it goes at its timeout, said.
+        let late = pass_read(&rs, &pods, 1_060, &BTreeMap::new(), &read(2.0, 1_055));
+        assert_eq!(late.roles[0].action.delete, [name.as_str()]);
+        assert_eq!(late.drain.timed_out.len(), 1);
+        assert_eq!(late.drain.timed_out[0].1, Some(2.0));
+    }
+
+    #[test]
+    fn a_scale_down_drains_and_a_scale_back_up_ends_the_drain() {
+        let mut rs = roleset(json!([role("decode", 1, 1)]));
+        draining_role(&mut rs, false);
+        let hash = target_hash(&rs, "decode");
+        let (a, b) = (
+            serving("a", "decode", &hash),
+            draining("b", "decode", &hash, 1_000, 1_000),
+        );
+        let waiting = pass_at(&rs, &[a.clone(), b.clone()], 1_010);
+        assert!(waiting.roles[0].action.delete.is_empty());
+        assert!(
+            waiting.drain.start.is_empty(),
+            "the draining pod is the one to go"
+        );
+        assert_eq!(waiting.wake_at, Some(1_030), "a fixed delay: its timeout");
+        let gone = pass_at(&rs, &[a.clone(), b.clone()], 1_030);
+        assert_eq!(gone.roles[0].action.delete, ["b"]);
+        assert!(
+            gone.drain.timed_out.is_empty(),
+            "without a query the delay is the drain"
+        );
+        // Scaled back up to 2 before it went: it serves again.
+        rs.spec.roles.as_mut().unwrap()[0].replicas = Some(2);
+        let kept = pass_at(&rs, &[a, b], 1_010);
+        assert_eq!(kept.drain.cancel.len(), 1);
+        assert!(kept.roles[0].action.delete.is_empty());
+        assert_eq!(
+            kept.gates,
+            [Gate {
+                pod: "b".into(),
+                servable: true,
+                reason: Reason::Serving
+            }]
+        );
     }
 
     #[test]
@@ -1153,6 +1404,8 @@ mod tests {
             stable: vec![None, Some(Err("not found".into()))],
             gang: Gang::NotRequested,
             clock: Availability::default(),
+            written_drains: &BTreeMap::new(),
+            readings: &BTreeMap::new(),
         });
         assert_eq!(pass.problems, ["role decode: not found"]);
         // Without the stable template, replacements come from the target.
@@ -1405,6 +1658,8 @@ mod tests {
             stable: vec![Some(Ok(revision)), None],
             gang: Gang::NotRequested,
             clock: Availability::default(),
+            written_drains: &BTreeMap::new(),
+            readings: &BTreeMap::new(),
         });
         let mut keys: Vec<(bool, Option<String>)> = pass.roles[0]
             .creates

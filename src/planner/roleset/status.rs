@@ -258,6 +258,7 @@ mod tests {
             slot: None,
             in_place_target: None,
             in_place_pending: None,
+            draining: None,
         }
     }
 

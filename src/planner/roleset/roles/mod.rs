@@ -45,6 +45,21 @@ pub struct PodView {
     pub in_place_target: Option<String>,
     /// Why that update has not completed (None: it has, or none runs).
     pub in_place_pending: Option<PendingReason>,
+    /// Its drain (docs/rollouts.md#drain-before-delete), while it drains: it is not available,
+    /// and a role that removes a child removes a draining one first.
+    pub draining: Option<Draining>,
+}
+
+/// A child being drained (docs/rollouts.md#drain-before-delete), as observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Draining {
+    /// When its drain started (Unix seconds; its annotation, or written and not yet seen).
+    pub started: i64,
+    /// Since when it has not been Ready (its Ready condition's transition time), while not
+    /// Ready: it left the EndpointSlices then.
+    pub out_since: Option<i64>,
+    /// Its requests in flight as last noted on it (what `squall status` shows).
+    pub noted: Option<u64>,
 }
 
 /// What the planner knows about one role.
@@ -168,6 +183,17 @@ impl RoleInput {
         }
         counts.kept = self.kept_stable(&counts.active);
         counts
+    }
+
+    /// Whether the role keeps its child `name` as it is: active, not outdated, and the role
+    /// is not above its replicas (a draining child it keeps serves again).
+    pub fn keeps(&self, name: &str) -> bool {
+        let counts = self.counts();
+        self.active_total(&counts) <= self.desired
+            && counts
+                .active
+                .iter()
+                .any(|p| p.name == name && !self.outdated(p, &counts))
     }
 
     /// The pods kept warm, out of traffic (see [`RoleInput::warm`]).
@@ -312,6 +338,7 @@ impl RoleInput {
             candidates.sort_by_key(|p| {
                 let side = p.hash == self.target_hash;
                 (
+                    p.draining.is_none(),
                     !self.outdated(p, &counts),
                     over != Some(side),
                     p.available,
@@ -419,7 +446,7 @@ impl RoleInput {
             .copied()
             .filter(|p| self.outdated(p, &counts))
             .collect();
-        outdated.sort_by_key(|p| (p.available, Reverse(p.created)));
+        outdated.sort_by_key(|p| (p.draining.is_none(), p.available, Reverse(p.created)));
         let (running, candidates): (Vec<&PodView>, Vec<&PodView>) = outdated
             .into_iter()
             .partition(|p| p.in_place_target.as_ref() == Some(&self.target_hash));
@@ -507,7 +534,7 @@ impl RoleInput {
             .filter(|p| p.hash == self.target_hash)
             .collect();
         let surplus = (target.len() as u32 + self.pending_creates).saturating_sub(want_target);
-        target.sort_by_key(|p| (p.available, Reverse(p.created)));
+        target.sort_by_key(|p| (p.draining.is_none(), p.available, Reverse(p.created)));
         let mut delete = Vec::new();
         for pod in target.into_iter().take(surplus as usize) {
             if pod.available {
@@ -604,7 +631,7 @@ impl RoleInput {
             .copied()
             .filter(|p| self.outdated(p, counts))
             .collect();
-        outdated.sort_by_key(|p| (p.available, Reverse(p.created)));
+        outdated.sort_by_key(|p| (p.draining.is_none(), p.available, Reverse(p.created)));
         let mut delete = Vec::new();
         for pod in outdated {
             if pod.available {
@@ -725,7 +752,7 @@ impl RoleInput {
             .count() as u32
             + invalid.iter().filter(|p| p.available).count() as u32;
         let min_available = self.desired.saturating_sub(self.budgets.max_unavailable);
-        invalid.sort_by_key(|p| (p.available, Reverse(p.created)));
+        invalid.sort_by_key(|p| (p.draining.is_none(), p.available, Reverse(p.created)));
         for pod in invalid {
             if pod.available {
                 if ready <= min_available {
@@ -1048,6 +1075,7 @@ mod tests {
             slot: None,
             in_place_target: None,
             in_place_pending: None,
+            draining: None,
         }
     }
 
@@ -1457,6 +1485,7 @@ mod tests {
                         slot: Some(i as u32 % 4),
                         in_place_target: target.map(String::from),
                         in_place_pending: pending.then_some(PendingReason::ImageIdUnchanged),
+                        draining: None,
                     }
                 },
             )
