@@ -31,6 +31,8 @@ struct Series {
     by_default: BTreeMap<(String, String), f64>,
     /// The revisions known, with their namespace (empty when not known).
     revisions: BTreeMap<String, String>,
+    /// Values of `squall_e2e_pod_gauge` by (name, pod).
+    by_pod: BTreeMap<(String, String), f64>,
 }
 
 /// An HTTP exporter on loopback serving `squall_e2e_metric` as the test sets it.
@@ -104,6 +106,15 @@ impl Exporter {
             .insert((name.into(), role.into()), value);
     }
 
+    /// Sets `squall_e2e_pod_gauge{name, pod}` to `value` (a pod's requests in flight, say).
+    pub fn set_pod(&self, name: &str, pod: &str, value: f64) {
+        self.series
+            .lock()
+            .unwrap()
+            .by_pod
+            .insert((name.into(), pod.into()), value);
+    }
+
     /// Learns every ControllerRevision of `revisions` as it appears, until dropped.
     pub fn follow_revisions(
         &self,
@@ -142,6 +153,12 @@ fn exposition(series: &Series) -> String {
         };
         out.push_str(&format!(
             "squall_e2e_metric{{name=\"{name}\",revision=\"{revision}\",role=\"{role}\"{namespace}}} {value}\n"
+        ));
+    }
+    out.push_str("# TYPE squall_e2e_pod_gauge gauge\n");
+    for ((name, pod), value) in &series.by_pod {
+        out.push_str(&format!(
+            "squall_e2e_pod_gauge{{name=\"{name}\",pod=\"{pod}\"}} {value}\n"
         ));
     }
     out

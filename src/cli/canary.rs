@@ -201,6 +201,50 @@ async fn gangs(api: &Api<StormService>, service: &StormService) -> Vec<String> {
     lines
 }
 
+/// Most pods `squall status` lists to find the draining ones: a status line, not an
+/// inventory.
+const DRAINING_LISTED: u32 = 500;
+
+/// The service's pods being drained (docs/rollouts.md#drain-before-delete): since when, and
+/// their requests in flight as last read.
+async fn draining(api: &Api<StormService>, service: &StormService) -> Vec<String> {
+    use crate::api::keys::{
+        ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, LABEL_ROLE_NAME,
+        LABEL_STORM_SERVICE_NAME,
+    };
+    use k8s_openapi::api::core::v1::Pod;
+    let (Some(namespace), Some(name)) = (
+        service.metadata.namespace.as_deref(),
+        service.metadata.name.as_deref(),
+    ) else {
+        return Vec::new();
+    };
+    let pods: Api<Pod> = Api::namespaced(api.clone().into_client(), namespace);
+    let params = kube::api::ListParams::default()
+        .labels(&format!("{LABEL_STORM_SERVICE_NAME}={name}"))
+        .limit(DRAINING_LISTED);
+    let Ok(listed) = pods.list_metadata(&params).await else {
+        return Vec::new();
+    };
+    listed
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|pod| {
+            let annotations = pod.metadata.annotations.as_ref()?;
+            let since = annotations.get(ANNOTATION_DRAIN_STARTED)?;
+            let role = pod.metadata.labels.as_ref()?.get(LABEL_ROLE_NAME)?;
+            let in_flight = annotations
+                .get(ANNOTATION_DRAIN_IN_FLIGHT)
+                .map_or("not read yet", String::as_str);
+            Some(format!(
+                "draining: pod {} (role {role}) out of traffic since {since}, in flight: {in_flight}",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ))
+        })
+        .collect()
+}
+
 async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
     match command {
         CanaryCommand::Status {
@@ -218,6 +262,9 @@ async fn execute(command: CanaryCommand) -> anyhow::Result<ExitCode> {
                 println!("cut-over: {note}");
             }
             for line in gangs(&api, &service).await {
+                println!("{line}");
+            }
+            for line in draining(&api, &service).await {
                 println!("{line}");
             }
             if !watch {

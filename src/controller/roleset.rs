@@ -67,6 +67,13 @@ impl Owner for RoleSet {
     ) -> impl std::future::Future<Output = Result<Action, Error>> + Send {
         apply(self, ctx)
     }
+
+    fn before_deletion(
+        &self,
+        ctx: &Context,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        drain_before_deletion(self, ctx)
+    }
 }
 
 /// The RoleSet's own pods.
@@ -236,15 +243,48 @@ fn paired_gang_pods(
 }
 
 async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
+    Ok(match run(roleset, ctx).await?.due {
+        Some(wait) => Action::requeue(wait),
+        None => Action::await_change(),
+    })
+}
+
+/// What a pass left to come back for.
+struct Ran {
+    /// When it is due again; None: on a change only.
+    due: Option<Duration>,
+    /// Some child is out of traffic for its drain (docs/rollouts.md#drain-before-delete).
+    draining: bool,
+}
+
+/// A RoleSet being deleted drains its children first (docs/rollouts.md#drain-before-delete):
+/// a pass over it as if every role were scaled to 0 drains and deletes them, and the
+/// ordered deletion waits until no drain runs.
+async fn drain_before_deletion(roleset: &RoleSet, ctx: &Context) -> Result<(), Error> {
+    if !drains(roleset) {
+        return Ok(());
+    }
+    let mut leaving = roleset.clone();
+    for role in leaving.spec.roles.iter_mut().flatten() {
+        role.replicas = Some(0);
+    }
+    let ran = run(&leaving, ctx).await?;
+    if ran.draining {
+        return Err(Error::Draining(ran.due.unwrap_or(requeue::RESYNC)));
+    }
+    Ok(())
+}
+
+/// One pass: observe, decide, write.
+async fn run(roleset: &RoleSet, ctx: &Context) -> Result<Ran, Error> {
     let now = wall_clock();
     if let Some(message) = ctx.invalid_spec(roleset, |roleset| validate_roleset(roleset, None)) {
         let failure = Failure::ReconcileError(format!("invalid spec: {message}"));
-        return Ok(
-            match write_status(roleset, ctx, &Pass::default(), Some(failure), now).await? {
-                Some(wait) => Action::requeue(wait),
-                None => Action::await_change(),
-            },
-        );
+        let due = write_status(roleset, ctx, &Pass::default(), Some(failure), now).await?;
+        return Ok(Ran {
+            due,
+            draining: false,
+        });
     }
     // Observe: the cached children, what earlier passes issued that the cache does not show
     // yet, and the stable revisions partitions keep pods on.
@@ -458,9 +498,10 @@ async fn apply(roleset: &RoleSet, ctx: &Context) -> Result<Action, Error> {
     // cache shows the PodGroup shortly, or the foreign one may go; the pods follow) and a
     // child becoming available or warm pods going (no event says so).
     let due = pass.wake_at.map(|at| requeue::until_second(at, now));
-    Ok(Action::requeue(
-        requeue::soonest([wait, gang.recheck(), due]).unwrap_or(requeue::RESYNC),
-    ))
+    Ok(Ran {
+        due: Some(requeue::soonest([wait, gang.recheck(), due]).unwrap_or(requeue::RESYNC)),
+        draining: !pass.drain.out.is_empty(),
+    })
 }
 
 /// Carries out the drains of a pass (docs/rollouts.md#drain-before-delete): records the

@@ -19,6 +19,10 @@ pub enum Error {
     /// Waiting for children to go away (retried soon).
     #[error("waiting: {0}")]
     Waiting(String),
+    /// Waiting for children to drain before they go (docs/rollouts.md#drain-before-delete),
+    /// back after this long at the latest.
+    #[error("waiting for children to drain")]
+    Draining(std::time::Duration),
     /// The API server refused to create a child (quota, admission, validation); reported
     /// on the owner as `ReplicaFailure` and retried with backoff.
     #[error("creating a child was refused: {0}")]

@@ -74,7 +74,7 @@ pub(super) async fn measured<K: kube::Resource<DynamicType = ()>>(
             ctx.succeeded(&*object);
             "ok"
         }
-        Err(Error::Waiting(_)) => "waiting",
+        Err(Error::Waiting(_) | Error::Draining(_)) => "waiting",
         Err(_) => "error",
     };
     ctx.metrics
@@ -86,9 +86,12 @@ pub(super) fn error_policy<K>(object: Arc<K>, error: &Error, ctx: Arc<Context>) 
 where
     K: kube::Resource<DynamicType = ()>,
 {
-    if let Error::Waiting(_) = error.root() {
+    match error.root() {
         // Not a failure: children are still going away.
-        return Action::requeue(Duration::from_secs(2));
+        Error::Waiting(_) => return Action::requeue(Duration::from_secs(2)),
+        // Not a failure: children drain before they go, and say when to look again.
+        Error::Draining(due) => return Action::requeue(*due),
+        _ => {}
     }
     let failures = ctx.failed(&*object);
     let delay = retry_delay(failures);
@@ -170,6 +173,15 @@ pub trait Owner:
         ctx: &Context,
     ) -> impl std::future::Future<Output = Result<Action, Error>> + Send;
 
+    /// What runs once the object is being deleted, before its children are deleted: an
+    /// error (`Error::Draining`, say) holds the deletion back.
+    fn before_deletion(
+        &self,
+        _ctx: &Context,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        async { Ok(()) }
+    }
+
     /// What goes with the object once it is deleted, beside what the context recorded of it.
     fn forgotten(&self, _ctx: &Context) {}
 }
@@ -182,7 +194,10 @@ pub async fn reconcile<O: Owner>(object: Arc<O>, ctx: Arc<Context>) -> Result<Ac
         ctx,
         O::FINALIZER,
         |object, ctx| async move { object.apply(&ctx).await },
-        |object, ctx| async move { ordered_deletion(&*object, &ctx).await },
+        |object, ctx| async move {
+            object.before_deletion(&ctx).await?;
+            ordered_deletion(&*object, &ctx).await
+        },
     )
     .await
 }

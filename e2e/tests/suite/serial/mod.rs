@@ -7,6 +7,7 @@ mod availability;
 mod certificates;
 mod chart;
 mod cutover;
+mod drain;
 mod faults;
 mod gang;
 mod leader_election;

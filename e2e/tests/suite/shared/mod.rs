@@ -4,6 +4,7 @@ mod admission;
 mod canary;
 mod chart;
 mod control_plane;
+mod drain;
 mod operator_install;
 mod pairing;
 mod podset;
