@@ -5,9 +5,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::analysis::{DEFAULT_ENDPOINT, fill};
+use std::collections::BTreeMap;
+
+use super::analysis::{DEFAULT_ENDPOINT, MAX_QUERY_BYTES, fill};
 use super::borrowed::IntOrStr;
 use super::duration::pause_seconds;
+use super::keys::ANNOTATION_DRAIN_POLICY;
 
 /// Longest drain: an LLM request rarely outlives it, and a rollout must not wait on a pod
 /// forever.
@@ -17,6 +20,9 @@ pub const DEFAULT_DRAIN_INTERVAL: u64 = 5;
 /// Longest time between readings: a drained pod waits at most this long past its last
 /// request.
 pub const MAX_DRAIN_INTERVAL: u64 = 300;
+/// Longest drain annotation read back (a query and its few settings): what a tenant's edit
+/// can make the operator parse.
+pub const MAX_POLICY_BYTES: usize = MAX_QUERY_BYTES + 512;
 /// The placeholders a drain query may use.
 pub const DRAIN_PLACEHOLDERS: [&str; 3] = ["pod", "namespace", "role"];
 
@@ -55,16 +61,27 @@ pub struct DrainQuery {
 }
 
 impl Drain {
-    /// The timeout in seconds (validation denies an unreadable one; it reads as the most).
+    /// The timeout in seconds, at most [`MAX_DRAIN_TIMEOUT`] (validation denies an
+    /// unreadable one; it reads as the most).
     pub fn timeout_seconds(&self) -> u64 {
-        seconds(self.timeout.as_ref()).unwrap_or(MAX_DRAIN_TIMEOUT)
+        seconds(self.timeout.as_ref()).map_or(MAX_DRAIN_TIMEOUT, |s| s.min(MAX_DRAIN_TIMEOUT))
+    }
+
+    /// The drain a child was created with (its annotation), when it reads as one.
+    pub fn of_child(annotations: &BTreeMap<String, String>) -> Option<Self> {
+        let text = annotations.get(ANNOTATION_DRAIN_POLICY)?;
+        if text.len() > MAX_POLICY_BYTES {
+            return None;
+        }
+        serde_json::from_str(text).ok()
     }
 }
 
 impl DrainQuery {
-    /// Seconds between readings.
+    /// Seconds between readings, 1 to [`MAX_DRAIN_INTERVAL`].
     pub fn interval_seconds(&self) -> u64 {
-        seconds(self.interval.as_ref()).unwrap_or(DEFAULT_DRAIN_INTERVAL)
+        seconds(self.interval.as_ref())
+            .map_or(DEFAULT_DRAIN_INTERVAL, |s| s.clamp(1, MAX_DRAIN_INTERVAL))
     }
 
     /// The endpoint the query runs against.
@@ -139,5 +156,36 @@ mod tests {
             DEFAULT_DRAIN_INTERVAL
         );
         assert_eq!(Drain::default().timeout_seconds(), MAX_DRAIN_TIMEOUT);
+    }
+
+    #[test]
+    fn a_childs_drain_reads_back_bounded() {
+        let drain = Drain {
+            timeout: Some(IntOrString::Int(1_000_000)),
+            query: Some(DrainQuery {
+                query: "q".into(),
+                interval: Some(IntOrString::Int(0)),
+                ..DrainQuery::default()
+            }),
+        };
+        let annotations = BTreeMap::from([(
+            ANNOTATION_DRAIN_POLICY.to_string(),
+            serde_json::to_string(&drain).unwrap(),
+        )]);
+        let read = Drain::of_child(&annotations).unwrap();
+        assert_eq!(
+            read.timeout_seconds(),
+            MAX_DRAIN_TIMEOUT,
+            "edited past its bound"
+        );
+        assert_eq!(read.query.unwrap().interval_seconds(), 1);
+        let long = BTreeMap::from([(
+            ANNOTATION_DRAIN_POLICY.to_string(),
+            format!(
+                "{{\"timeout\": 5, \"pad\": \"{}\"}}",
+                "x".repeat(MAX_POLICY_BYTES)
+            ),
+        )]);
+        assert_eq!(Drain::of_child(&long), None, "not parsed at all");
     }
 }

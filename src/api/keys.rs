@@ -95,6 +95,9 @@ pub const CONDITION_PAIRING_SERVABLE: &str = "pairing.squall.dev/servable";
 /// When squall took a pod (or PodSet) out of traffic to drain it, RFC 3339
 /// (docs/rollouts.md#drain-before-delete): the drain's clock survives an operator restart.
 pub const ANNOTATION_DRAIN_STARTED: &str = "drain.squall.dev/started";
+/// The drain a pod (or PodSet) was created with, JSON: a child of a role removed from the
+/// spec still drains by it.
+pub const ANNOTATION_DRAIN_POLICY: &str = "drain.squall.dev/policy";
 /// A draining pod's requests in flight, as last read (what `squall status` shows).
 pub const ANNOTATION_DRAIN_IN_FLIGHT: &str = "drain.squall.dev/in-flight";
 

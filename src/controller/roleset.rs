@@ -30,10 +30,11 @@ use super::podgroups;
 use super::wall_clock;
 use crate::admission::validation::validate_roleset;
 use crate::api::RoleSpec;
+use crate::api::drain::{Drain, DrainQuery};
 use crate::api::keys::{
-    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_PENDING_REASON,
-    CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE, FINALIZER_ROLESET,
-    LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
+    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_POLICY, ANNOTATION_DRAIN_STARTED,
+    ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE,
+    FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
 };
 use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
@@ -44,7 +45,7 @@ use crate::planner::podgroup::roleset_gang_size;
 use crate::planner::render::role_revision_labels;
 use crate::planner::requeue;
 use crate::planner::roleset::adoption::relabel_patch;
-use crate::planner::roleset::children::{RoleChildren, role_children};
+use crate::planner::roleset::children::role_children;
 use crate::planner::roleset::drain::{DrainUnit, DrainWrites, Reading};
 use crate::planner::roleset::in_place::complete_patch;
 use crate::planner::roleset::status::{
@@ -89,20 +90,25 @@ fn owned_podsets(roleset: &RoleSet, ctx: &Context) -> Vec<Arc<PodSet>> {
 /// Whether squall holds serving gates on the RoleSet's pods: roles are paired, its
 /// `servingGate` is set (docs/rollouts.md#the-serving-gate), or a role drains
 /// (docs/rollouts.md#drain-before-delete).
-fn gates_in_use(roleset: &RoleSet) -> bool {
+fn gates_in_use(roleset: &RoleSet, drains: bool) -> bool {
     roleset.spec.serving_gate.is_some()
         || roleset.spec.pairing.as_ref().is_some_and(|g| !g.is_empty())
-        || drains(roleset)
+        || drains
 }
 
-/// Whether a role of the RoleSet drains its pods.
-fn drains(roleset: &RoleSet) -> bool {
+/// Whether the RoleSet drains children: a role of it drains, or a child was created to
+/// drain (its role may be gone from the spec).
+fn drains(roleset: &RoleSet, pods: &[Arc<CachedPod>], podsets: &[Arc<PodSet>]) -> bool {
+    let created_to =
+        |annotations: &BTreeMap<String, String>| annotations.contains_key(ANNOTATION_DRAIN_POLICY);
     roleset
         .spec
         .roles
         .iter()
         .flatten()
         .any(|r| r.drain.is_some())
+        || pods.iter().any(|p| created_to(p.annotations()))
+        || podsets.iter().any(|p| created_to(p.annotations()))
 }
 
 /// The drain starts this controller wrote on the RoleSet's children that the cache does not
@@ -129,63 +135,66 @@ fn written_drains(
         .observe_drains(key, |name| seen.get(name).copied())
 }
 
-/// The requests in flight of the RoleSet's draining children whose role reads them, as
-/// answered so far (a PodSet's: the sum over its pods, once every one is read).
+/// The requests in flight of the RoleSet's draining children whose drain reads them (their
+/// role's, or for a role removed from the spec the one they were created with), as answered
+/// so far (a PodSet's: the sum over its pods, once every one is read).
 fn readings(
     roleset: &RoleSet,
-    roles: &[RoleChildren],
     pods: &[Arc<CachedPod>],
+    podsets: &[Arc<PodSet>],
     gangs: &Gangs<'_>,
     ctx: &Context,
 ) -> BTreeMap<String, Reading> {
     let specs: Vec<&RoleSpec> = roleset.spec.roles.iter().flatten().collect();
-    let by_name: HashMap<&str, &CachedPod> = pods
-        .iter()
-        .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
-        .collect();
-    // Each draining child with its pods.
-    let mut units: Vec<(&str, Vec<&CachedPod>)> = Vec::new();
-    let mut asks = Vec::new();
-    for (spec, role) in specs.iter().zip(roles) {
-        let Some(query) = spec.drain.as_ref().and_then(|d| d.query.as_ref()) else {
-            continue;
-        };
-        for child in role
-            .children
-            .iter()
-            .filter(|c| c.draining.is_some() && !c.terminating)
+    // A child draining now, with its role and the query of its drain.
+    fn draining<'m>(
+        meta: &'m kube::api::ObjectMeta,
+        specs: &[&RoleSpec],
+    ) -> Option<(&'m str, &'m str, DrainQuery)> {
+        let annotations = meta.annotations.as_ref()?;
+        if meta.deletion_timestamp.is_some() || !annotations.contains_key(ANNOTATION_DRAIN_STARTED)
         {
-            let members: Vec<&CachedPod> = match gangs.members(&child.name) {
-                Some(members) => members.to_vec(),
-                None => by_name
-                    .get(child.name.as_str())
-                    .copied()
-                    .into_iter()
-                    .collect(),
-            };
-            for pod in &members {
-                let (Some(name), Some(uid)) =
-                    (pod.metadata.name.as_deref(), pod.metadata.uid.as_deref())
-                else {
-                    continue;
-                };
-                asks.push(InFlightAsk {
-                    pod: name,
-                    pod_uid: uid,
-                    role: &spec.name,
-                    query,
-                });
-            }
-            units.push((child.name.as_str(), members));
+            return None;
         }
+        let role = meta.labels.as_ref()?.get(LABEL_ROLE_NAME)?;
+        let drain = match specs.iter().find(|r| &r.name == role) {
+            Some(spec) => spec.drain.clone(),
+            None => Drain::of_child(annotations),
+        };
+        Some((meta.name.as_deref()?, role.as_str(), drain?.query?))
     }
+    // Each draining child with its role, its query and its pods.
+    let units: Vec<(&str, &str, DrainQuery, Vec<&CachedPod>)> = pods
+        .iter()
+        .filter_map(|pod| {
+            let (name, role, query) = draining(&pod.metadata, &specs)?;
+            Some((name, role, query, vec![&**pod]))
+        })
+        .chain(podsets.iter().filter_map(|podset| {
+            let (name, role, query) = draining(&podset.metadata, &specs)?;
+            Some((name, role, query, gangs.members(name)?.to_vec()))
+        }))
+        .collect();
+    let asks: Vec<InFlightAsk<'_>> = units
+        .iter()
+        .flat_map(|(_, role, query, members)| {
+            members.iter().filter_map(move |pod| {
+                Some(InFlightAsk {
+                    pod: pod.metadata.name.as_deref()?,
+                    pod_uid: pod.metadata.uid.as_deref()?,
+                    role,
+                    query,
+                })
+            })
+        })
+        .collect();
     if asks.is_empty() {
         return BTreeMap::new();
     }
     let read = ctx.providers.in_flight(roleset, asks);
     units
         .into_iter()
-        .filter_map(|(unit, members)| {
+        .filter_map(|(unit, _, _, members)| {
             let mut sum: Result<f64, String> = Ok(0.0);
             let mut at = i64::MAX;
             for pod in members {
@@ -205,13 +214,13 @@ fn readings(
 /// The pairing conditions this controller wrote on the RoleSet's pods (and its gangs') that
 /// the cache does not show yet, when roles are paired.
 fn written_gates(
-    roleset: &RoleSet,
+    gates: bool,
     key: &str,
     pods: &[Arc<CachedPod>],
     gang_pods: &[Arc<CachedPod>],
     ctx: &Context,
 ) -> BTreeMap<String, bool> {
-    if !gates_in_use(roleset) {
+    if !gates {
         return BTreeMap::new();
     }
     let seen: HashMap<&str, Option<bool>> = pods
@@ -228,12 +237,8 @@ fn written_gates(
 
 /// The pods of its PodSets, when serving gates are in use: a gang's gate is on them
 /// (docs/rollouts.md#pairing). Each PodSet's by owner UID, from the cache's index.
-fn paired_gang_pods(
-    roleset: &RoleSet,
-    podsets: &[Arc<PodSet>],
-    ctx: &Context,
-) -> Vec<Arc<CachedPod>> {
-    if !gates_in_use(roleset) {
+fn paired_gang_pods(gates: bool, podsets: &[Arc<PodSet>], ctx: &Context) -> Vec<Arc<CachedPod>> {
+    if !gates {
         return Vec::new();
     }
     podsets
@@ -261,7 +266,8 @@ struct Ran {
 /// a pass over it as if every role were scaled to 0 drains and deletes them, and the
 /// ordered deletion waits until no drain runs.
 async fn drain_before_deletion(roleset: &RoleSet, ctx: &Context) -> Result<(), Error> {
-    if !drains(roleset) {
+    let (pods, podsets) = (owned_pods(roleset, ctx), owned_podsets(roleset, ctx));
+    if !drains(roleset, &pods, &podsets) {
         return Ok(());
     }
     let mut leaving = roleset.clone();
@@ -290,20 +296,17 @@ async fn run(roleset: &RoleSet, ctx: &Context) -> Result<Ran, Error> {
     // yet, and the stable revisions partitions keep pods on.
     let pods = owned_pods(roleset, ctx);
     let podsets = owned_podsets(roleset, ctx);
-    let gang_pods = paired_gang_pods(roleset, &podsets, ctx);
+    let drains = drains(roleset, &pods, &podsets);
+    let gates = gates_in_use(roleset, drains);
+    let gang_pods = paired_gang_pods(gates, &podsets, ctx);
     let key = Context::key(roleset);
-    let written_gates = written_gates(roleset, &key, &pods, &gang_pods, ctx);
+    let written_gates = written_gates(gates, &key, &pods, &gang_pods, ctx);
     let written_drains = written_drains(&key, &pods, &podsets, ctx);
     let clock = Availability::new(roleset.spec.min_ready_seconds, now);
     let roles = role_children(roleset, &pods, &podsets, clock);
-    let readings = if drains(roleset) {
-        readings(
-            roleset,
-            &roles,
-            &pods,
-            &Gangs::new(&podsets, &gang_pods),
-            ctx,
-        )
+    let readings = if drains {
+        let gangs = Gangs::new(&podsets, &gang_pods);
+        readings(roleset, &pods, &podsets, &gangs, ctx)
     } else {
         BTreeMap::new()
     };

@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::api::keys::{
-    ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
+    ANNOTATION_DRAIN_POLICY, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
     ANNOTATION_ROLESET_INDEX, CONDITION_PAIRING_SERVABLE, FINALIZER_PODSET, LABEL_PAIRING_KEY,
     LABEL_POD_GROUP_INDEX, LABEL_PODSET_NAME, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
     LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
@@ -378,6 +378,11 @@ fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>)
     labels.extend(role_revision_labels(roleset, &role.name));
     let mut annotations = template_meta.annotations.unwrap_or_default();
     annotations.insert(ANNOTATION_ROLESET_INDEX.into(), roleset_index.clone());
+    if let Some(drain) = &role.drain {
+        // A child of a role later removed from the spec still drains as created.
+        let policy = serde_json::to_string(drain).expect("a drain serializes");
+        annotations.insert(ANNOTATION_DRAIN_POLICY.into(), policy);
+    }
     if gang_requested(roleset.spec.scheduling_strategy.as_ref()) {
         join_gang(&mut labels, &mut annotations, &rs_name);
     }

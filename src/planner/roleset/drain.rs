@@ -116,6 +116,68 @@ pub struct DrainWrites {
     pub wake_at: Option<i64>,
 }
 
+impl DrainWrites {
+    /// Records `unit`'s `step` (`reading`: its last); whether it goes now.
+    fn goes(&mut self, unit: DrainUnit, step: Step, reading: Option<&Reading>) -> bool {
+        match step {
+            Step::Undrained => true,
+            Step::Start => {
+                self.out.push(unit.name.clone());
+                self.start.push(unit);
+                false
+            }
+            Step::Wait { until } => {
+                self.wake_at = Some(self.wake_at.map_or(until, |at| at.min(until)));
+                self.out.push(unit.name);
+                false
+            }
+            Step::Drained { timed_out } => {
+                if timed_out {
+                    let last = reading.and_then(|r| r.value.clone().ok());
+                    self.timed_out.push((unit, last));
+                }
+                true
+            }
+        }
+    }
+}
+
+/// A child of a role removed from the spec, with what drains it: the drain it was created
+/// with (the role's is gone).
+pub struct Retired<'a> {
+    /// As the planner sees it.
+    pub child: &'a PodView,
+    /// Its role, as labelled.
+    pub role: &'a str,
+    /// Its drain, from its annotation.
+    pub drain: Option<Drain>,
+}
+
+/// Drains the children of removed roles that `retired` names to delete: withholds the ones
+/// still draining and starts the drains of serving ones.
+pub fn drain_retired(
+    retired: &mut Vec<String>,
+    children: &[Retired<'_>],
+    gang: bool,
+    readings: &BTreeMap<String, Reading>,
+    now: i64,
+    writes: &mut DrainWrites,
+) {
+    retired.retain(|name| {
+        let Some(retired) = children.iter().find(|r| &r.child.name == name) else {
+            return true;
+        };
+        let reading = readings.get(name);
+        let step = step(retired.drain.as_ref(), retired.child, reading, now);
+        let unit = DrainUnit {
+            role: retired.role.to_string(),
+            name: name.clone(),
+            gang,
+        };
+        writes.goes(unit, step, reading)
+    });
+}
+
 /// Drains the removals of every role's action: withholds the ones still draining, starts
 /// the drains of serving children, and ends those their role keeps.
 pub fn drain_roles(
@@ -140,26 +202,8 @@ pub fn drain_roles(
                 return true;
             };
             let reading = readings.get(name);
-            match step(spec.drain.as_ref(), child, reading, now) {
-                Step::Undrained => true,
-                Step::Start => {
-                    writes.start.push(unit(name));
-                    writes.out.push(name.clone());
-                    false
-                }
-                Step::Wait { until } => {
-                    writes.wake_at = Some(writes.wake_at.map_or(until, |at| at.min(until)));
-                    writes.out.push(name.clone());
-                    false
-                }
-                Step::Drained { timed_out } => {
-                    let last = reading.and_then(|r| r.value.clone().ok());
-                    if timed_out {
-                        writes.timed_out.push((unit(name), last));
-                    }
-                    true
-                }
-            }
+            let step = step(spec.drain.as_ref(), child, reading, now);
+            writes.goes(unit(name), step, reading)
         };
         action.delete.retain(&mut decide);
         action.in_place_start.retain(&mut decide);

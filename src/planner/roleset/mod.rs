@@ -32,6 +32,7 @@ use super::render::{
     template_hash, topology_affinity,
 };
 use super::revision::{role_template, template_of};
+use crate::api::drain::Drain;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_PENDING_REASON, LABEL_PAIRING_KEY, LABEL_ROLE_NAME,
     LABEL_ROLE_TEMPLATE_HASH,
@@ -49,7 +50,7 @@ use adoption::{adopt, stale_revision_labels};
 use children::{
     RoleChildren, desired_pod, in_place_target, of_role, partition, pod_view, podset_view,
 };
-use drain::{DrainWrites, Reading, drain_roles};
+use drain::{DrainWrites, Reading, Retired, drain_retired, drain_roles};
 use in_place::{eligibility, has_readiness_gate, start_patch};
 use roles::{Draining, PodView, RoleAction, RoleInput, plan, retire, upgrade_sequence};
 
@@ -332,23 +333,12 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         });
     }
 
-    let retired = |labels: &BTreeMap<String, String>| {
-        !labels
-            .get(LABEL_ROLE_NAME)
-            .is_some_and(|name| specs.iter().any(|r| &r.name == name))
-    };
-    let retired_pods: Vec<PodView> = input_pods
-        .iter()
-        .filter(|p| retired(p.labels()))
-        .map(|p| pod_view(p, input.clock))
-        .collect();
-    let retired_podsets: Vec<PodView> = input_podsets
-        .iter()
-        .filter(|p| retired(p.labels()))
-        .map(|p| podset_view(p, input.clock))
-        .collect();
-    pass.retired_pods = retire(&retired_pods);
-    pass.retired_podsets = retire(&retired_podsets);
+    retire_children(
+        &specs,
+        &observed,
+        (input.clock, input.written_drains, input.readings),
+        &mut pass,
+    );
     pass.topology_pending = topology_pending(roleset, &specs, input_pods, input_podsets);
     pass.wake_at = wake_at(&specs, &pass.inputs, pass.drain.wake_at);
     pass
@@ -423,6 +413,96 @@ fn with_written_drains(children: &mut [PodView], written: &BTreeMap<String, i64>
             child.available = false;
             child.available_at = None;
         }
+    }
+}
+
+/// The children of roles removed from the spec to delete now (docs/architecture.md#one-reconcile:
+/// they go with their role), each first drained as it was created to
+/// (docs/rollouts.md#drain-before-delete), out of traffic meanwhile.
+fn retire_children(
+    specs: &[&RoleSpec],
+    observed: &Observed<'_>,
+    (clock, written_drains, readings): (
+        Availability,
+        &BTreeMap<String, i64>,
+        &BTreeMap<String, Reading>,
+    ),
+    pass: &mut Pass,
+) {
+    // The role of a child whose role the spec no longer has (or that has none).
+    fn removed<'l>(labels: &'l BTreeMap<String, String>, specs: &[&RoleSpec]) -> Option<&'l str> {
+        let role = labels.get(LABEL_ROLE_NAME).map_or("", String::as_str);
+        (!specs.iter().any(|r| r.name == role)).then_some(role)
+    }
+    let mut pods: Vec<(PodView, &str, Option<Drain>)> = observed
+        .pods
+        .iter()
+        .filter_map(|p| {
+            let role = removed(p.labels(), specs)?;
+            let drain = Drain::of_child(p.annotations());
+            // Whether it carries the gate costs a parse of its spec: read for a drain only.
+            let gated = drain.is_some() && serving::gated(p);
+            let view = PodView {
+                gated,
+                ..pod_view(p, clock)
+            };
+            Some((view, role, drain))
+        })
+        .collect();
+    let mut podsets: Vec<(PodView, &str, Option<Drain>)> = observed
+        .podsets
+        .iter()
+        .filter_map(|p| {
+            let role = removed(p.labels(), specs)?;
+            Some((
+                podset_view(p, clock),
+                role,
+                Drain::of_child(p.annotations()),
+            ))
+        })
+        .collect();
+    let now = clock.now;
+    let mut retired_out = BTreeMap::new();
+    for (children, gang) in [(&mut pods, false), (&mut podsets, true)] {
+        for (view, _, _) in children.iter_mut() {
+            with_written_drains(std::slice::from_mut(view), written_drains);
+        }
+        let views: Vec<PodView> = children.iter().map(|(v, _, _)| v.clone()).collect();
+        let mut going = retire(&views);
+        let retired: Vec<Retired<'_>> = children
+            .iter()
+            .map(|(child, role, drain)| Retired {
+                child,
+                role,
+                drain: drain.clone(),
+            })
+            .collect();
+        let before = pass.drain.out.len();
+        drain_retired(&mut going, &retired, gang, readings, now, &mut pass.drain);
+        for name in &pass.drain.out[before..] {
+            retired_out.insert(name.clone(), Reason::Draining);
+        }
+        if gang {
+            pass.retired_podsets = going;
+        } else {
+            pass.retired_pods = going;
+        }
+    }
+    if !retired_out.is_empty() {
+        let gangs = Gangs::new(observed.podsets, observed.gang_pods);
+        let by_name: BTreeMap<&str, &CachedPod> = observed
+            .pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
+            .collect();
+        let units = retired_out.keys().map(String::as_str);
+        pass.gates.extend(serving::gates(
+            units,
+            &by_name,
+            &gangs,
+            &retired_out,
+            observed.written_gates,
+        ));
     }
 }
 
@@ -849,7 +929,8 @@ mod tests {
 
     use super::*;
     use crate::api::keys::{
-        ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE,
+        ANNOTATION_DRAIN_POLICY, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH,
+        CONDITION_PAIRING_SERVABLE,
     };
     use crate::planner::status::Reason;
     use children::role_children;
@@ -1137,6 +1218,51 @@ mod tests {
                 reason: Reason::Serving
             }]
         );
+    }
+
+    #[test]
+    fn a_removed_roles_pods_drain_as_they_were_created_to() {
+        let mut rs = roleset(json!([role("decode", 1, 1), role("prefill", 1, 1)]));
+        draining_role(&mut rs, false);
+        // Created to drain for 30 s; then prefill leaves the spec.
+        let rendered = stateless_pod(&rs, &rs.spec.roles.as_ref().unwrap()[0], "h");
+        let policy = rendered.annotations()[ANNOTATION_DRAIN_POLICY].clone();
+        let gates = rendered.spec.as_ref().unwrap().readiness_gates.clone();
+        assert!(
+            gates
+                .iter()
+                .flatten()
+                .any(|g| g.condition_type == CONDITION_PAIRING_SERVABLE),
+            "a draining role's pod carries the serving gate"
+        );
+        let with_policy = |pod: Arc<Pod>| {
+            let mut pod = (*pod).clone();
+            pod.annotations_mut()
+                .insert(ANNOTATION_DRAIN_POLICY.into(), policy.clone());
+            Arc::new(pod)
+        };
+        rs.spec.roles.as_mut().unwrap().remove(0);
+        let serving_pod = with_policy(serving("old", "decode", "h"));
+        let start = pass_at(&rs, &[serving_pod], 1_000);
+        assert!(start.retired_pods.is_empty(), "it drains first");
+        assert_eq!(start.drain.start.len(), 1);
+        assert_eq!(start.drain.start[0].role, "decode");
+        assert_eq!(
+            start.gates,
+            [Gate {
+                pod: "old".into(),
+                servable: false,
+                reason: Reason::Draining
+            }]
+        );
+        let out = with_policy(draining("old", "decode", "h", 1_000, 1_000));
+        let waiting = pass_at(&rs, std::slice::from_ref(&out), 1_010);
+        assert!(waiting.retired_pods.is_empty() && waiting.gates.is_empty());
+        assert_eq!(waiting.wake_at, Some(1_030));
+        assert_eq!(pass_at(&rs, &[out], 1_030).retired_pods, ["old"]);
+        // Without the annotation (created before its role drained): it goes at once.
+        let plain = pass_at(&rs, &[serving("plain", "decode", "h")], 1_000);
+        assert_eq!(plain.retired_pods, ["plain"]);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! replaces the StormService's RoleSet, and the old RoleSet, once deleted, drains its pod
 //! before it goes — out of the EndpointSlices while it keeps running, for the role's
 //! `timeout` (no query: a fixed deregistration delay) — and only then deletes it and lets
-//! its own deletion finish. Pods, slices and RoleSets are recorded, and the StormService's
-//! RoleSet budgets checked at every observed RoleSet state.
+//! its own deletion finish; a role removed from a pooled StormService drains its pod the
+//! same way, by the drain it was created with. Pods, slices and RoleSets are recorded, and
+//! the StormService's RoleSet budgets checked at every observed RoleSet state.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -180,5 +181,102 @@ async fn a_deleted_roleset_drains_its_pods_out_of_traffic_before_it_goes() {
     assert!(
         gone_at >= deleted_at,
         "the old RoleSet went before its drained pod"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane and the shared operator (make test)"]
+async fn a_removed_roles_pods_drain_as_they_were_created_to_before_they_go() {
+    install_crds();
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "drainrole").await;
+    let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns.name());
+    // Pooled: the one RoleSet is re-specced without the removed role.
+    let strategy = json!({"type": "InPlaceUpdate"});
+    let mut service = stormservice("drainrole", 1, strategy, &[("router", 1), ("decode", 1)]);
+    let decode = &mut service
+        .spec
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .roles
+        .as_mut()
+        .unwrap()[1];
+    decode.drain = Some(serde_json::from_value(json!({"timeout": DELAY})).unwrap());
+    api.create(&PostParams::default(), &service).await.unwrap();
+    wait_for(&api, "drainrole", "drainrole Ready", TIMEOUT, |ss| {
+        stormservice_settled(ss, None)
+    })
+    .await
+    .unwrap();
+    let listed = pods.list(&Default::default()).await.unwrap();
+    let decode_pod = listed
+        .iter()
+        .find(|p| p.labels().get("role-name").map(String::as_str) == Some("decode"))
+        .unwrap()
+        .name_any();
+    wait_for_all(&slices, "the decode pod serving", TIMEOUT, |all| {
+        serving(all, &decode_pod)
+    })
+    .await
+    .unwrap();
+    let pod_recorder = Recorder::start(pods.clone()).await;
+    let slice_recorder = Recorder::start(slices.clone()).await;
+
+    let remove = json!([{"op": "remove", "path": "/spec/template/spec/roles/1"}]);
+    api.patch(
+        "drainrole",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Json::<()>(serde_json::from_value(remove).unwrap()),
+    )
+    .await
+    .unwrap();
+    wait_for_all(&pods, "the removed role's pod deleted", TIMEOUT, |all| {
+        all.iter()
+            .find(|p| p.name_any() == decode_pod)
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+    })
+    .await
+    .unwrap();
+    pod_recorder.catch_up(&pods).await;
+    slice_recorder.catch_up(&slices).await;
+    let pod_events = pod_recorder.timed_events();
+    let (_, drained) = first(&pod_events, &decode_pod, |p| {
+        p.annotations().contains_key(ANNOTATION_DRAIN_STARTED)
+    })
+    .expect("the removed role's pod drained");
+    let started = seconds(&drained.annotations()[ANNOTATION_DRAIN_STARTED]);
+    let (deleted_at, deleted) = first(&pod_events, &decode_pod, |p| {
+        p.metadata.deletion_timestamp.is_some()
+    })
+    .expect("its deletion");
+    let asked = deleted
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .unwrap()
+        .0
+        .as_second()
+        - deleted.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    assert!(
+        asked >= started + DELAY,
+        "deleted {} s into a {DELAY} s drain",
+        asked - started
+    );
+    let mut state = BTreeMap::new();
+    for (_, event) in slice_recorder
+        .timed_events()
+        .iter()
+        .filter(|(at, _)| *at <= deleted_at)
+    {
+        event.apply_to(&mut state);
+    }
+    let listed: Vec<EndpointSlice> = state.into_values().collect();
+    assert!(
+        !serving(&listed, &decode_pod),
+        "the removed role's pod still served when it was deleted"
     );
 }
