@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::api::keys::{
-    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_PENDING_REASON,
-    ANNOTATION_IN_PLACE_STATE, ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_IN_PLACE_READY,
-    CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_REVISION, LABEL_ROLE_REVISION_NAME,
-    LABEL_ROLE_TEMPLATE_HASH,
+    ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_POLICY, ANNOTATION_DRAIN_STARTED,
+    ANNOTATION_IN_PLACE_PENDING_REASON, ANNOTATION_IN_PLACE_STATE, ANNOTATION_IN_PLACE_TARGET_HASH,
+    CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_REVISION,
+    LABEL_ROLE_REVISION_NAME, LABEL_ROLE_TEMPLATE_HASH,
 };
 
 /// Env var whose value is the template hash: it differs between revisions by design.
@@ -196,6 +196,11 @@ fn comparable(pod: &Pod) -> Value {
         ANNOTATION_IN_PLACE_TARGET_HASH,
         ANNOTATION_IN_PLACE_STATE,
         ANNOTATION_IN_PLACE_PENDING_REASON,
+        // A drain is squall's state of the pod, and the drain it was created with moves
+        // with its role's (docs/rollouts.md#drain-before-delete).
+        ANNOTATION_DRAIN_STARTED,
+        ANNOTATION_DRAIN_IN_FLIGHT,
+        ANNOTATION_DRAIN_POLICY,
     ] {
         annotations.remove(key);
     }

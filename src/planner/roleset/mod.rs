@@ -1660,6 +1660,60 @@ mod tests {
         assert!(pass.roles[0].creates.is_empty() && pass.roles[0].action.delete.is_empty());
     }
 
+    #[test]
+    fn an_in_place_move_waits_for_the_drain_and_ends_it() {
+        let mut in_place = role("decode", 1, 1);
+        in_place["updateStrategy"] = json!({"type": "InPlaceIfPossible", "maxUnavailable": 1});
+        in_place["drain"] = json!({"timeout": 30});
+        let rs = roleset(json!([in_place]));
+        // A serving pod rendered before its image changed.
+        let mut before = rs.spec.roles.as_ref().unwrap()[0].clone();
+        before
+            .template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("engine:0".into());
+        let mut outdated = stateless_pod(&rs, &before, "old");
+        outdated.metadata.name = Some("p".into());
+        outdated.status = serving("x", "decode", "old").status.clone();
+        let start = pass_at(&rs, &[Arc::new(outdated.clone())], 1_000);
+        assert!(start.roles[0].in_place.start.is_empty(), "it drains first");
+        assert_eq!(start.drain.start.len(), 1);
+        // Out of traffic for its drain, then drained: the move starts and ends the drain.
+        let at = |s: i64| {
+            k8s_openapi::jiff::Timestamp::from_second(s)
+                .unwrap()
+                .to_string()
+        };
+        outdated
+            .annotations_mut()
+            .insert(ANNOTATION_DRAIN_STARTED.into(), at(1_000));
+        outdated.status = draining("x", "decode", "old", 1_000, 1_000).status.clone();
+        let waiting = pass_at(&rs, &[Arc::new(outdated.clone())], 1_010);
+        assert!(waiting.roles[0].in_place.start.is_empty());
+        assert_eq!(waiting.wake_at, Some(1_030));
+        assert!(waiting.roles[0].creates.is_empty(), "it holds its place");
+        let moved = pass_at(&rs, &[Arc::new(outdated)], 1_030);
+        let started = &moved.roles[0].in_place.start;
+        assert_eq!(started.len(), 1);
+        assert_eq!(
+            started[0].patch["metadata"]["annotations"][ANNOTATION_DRAIN_STARTED],
+            Value::Null,
+            "the move ends the drain: {}",
+            started[0].patch
+        );
+        assert!(
+            started[0].patch["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .contains_key(ANNOTATION_DRAIN_STARTED)
+        );
+    }
+
     fn arb_child() -> impl Strategy<Value = (u8, u8, bool, bool, bool)> {
         // (role: 0..3 where 3 is a removed role, hash: 0 target / 1 old, ready, terminating,
         // PodSet rather than pod)

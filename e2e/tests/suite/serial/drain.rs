@@ -283,6 +283,7 @@ async fn drained_pods_leave_traffic_first_and_go_when_idle_or_at_their_timeout()
     for pod in &live.items {
         exporter.set_pod(GAUGE, &pod.name_any(), 2.0);
     }
+    let scale_start = pod_recorder.events().len();
     let scale = json!([
         {"op": "replace", "path": "/spec/template/spec/roles/0/replicas", "value": 2},
         {"op": "replace", "path": "/spec/template/spec/roles/0/drain/timeout", "value": "15s"}]);
@@ -346,6 +347,17 @@ async fn drained_pods_leave_traffic_first_and_go_when_idle_or_at_their_timeout()
         "deleted {} s into a 15 s drain with requests in flight",
         asked - started
     );
+    slice_recorder.catch_up(&slices).await;
+    let (at, _) = &deletions(&pod_recorder.timed_events())[&name];
+    assert!(
+        !serving_at(&slice_recorder.timed_events(), *at, &name),
+        "{name} was still serving in the slices when it was deleted"
+    );
+    // Scaling 3 pods down to 2: never more than the 3, never fewer than 1 Ready.
+    let observed: Vec<Observed<Pod>> = pod_recorder.events();
+    replay(&observed, scale_start, |i, state| {
+        assert_pod_budgets(i, state, &[("decode", 2)], 1, 1);
+    });
     let warned = wait_for_warning(&client, ns.name(), &name).await;
     assert!(warned.contains("reached its drain timeout"), "{warned}");
     drop(operator);
