@@ -490,9 +490,13 @@ impl Providers {
                 uid: uid.clone(),
                 asked: Asked::Measurement(due),
             };
-            let owner = (StormService::kind(&()), name.clone());
-            if let Some((value, _)) = self.ask(&mut jobs, key, owner, query, endpoint, interval) {
-                measured.push(Measured { due, value });
+            match Self::lookup(&mut jobs, &key, Some(&query)) {
+                Lookup::Running => {}
+                Lookup::Answer(value, _) => measured.push(Measured { due, value }),
+                Lookup::Due => {
+                    let owner = (StormService::kind(&()), name.clone());
+                    self.start(&mut jobs, key, owner, query, endpoint, interval);
+                }
             }
         }
         measured
@@ -514,6 +518,21 @@ impl Providers {
         let mut jobs = self.jobs.lock().expect("the analysis jobs");
         jobs.prune();
         for ask in asks {
+            let key = JobKey {
+                namespace: namespace.clone(),
+                uid: uid.clone(),
+                asked: Asked::InFlight(ask.pod_uid.to_string()),
+            };
+            // Rendered and scoped only when a query is due: a reconcile that finds every
+            // reading running or fresh parses nothing.
+            match Self::lookup(&mut jobs, &key, None) {
+                Lookup::Running => continue,
+                Lookup::Answer(value, at) => {
+                    readings.insert(ask.pod.to_string(), (value, at));
+                    continue;
+                }
+                Lookup::Due => {}
+            }
             let values = DrainValues {
                 pod: ask.pod,
                 namespace: &namespace,
@@ -524,31 +543,50 @@ impl Providers {
                 let endpoint = self.endpoint(ask.query.endpoint())?;
                 Ok((endpoint.tenancy.apply(&query, &namespace)?, endpoint))
             });
-            let (query, endpoint) = match prepared {
-                Ok(prepared) => prepared,
+            match prepared {
+                Ok((query, endpoint)) => {
+                    let owner = (RoleSet::kind(&()), name.clone());
+                    self.start(&mut jobs, key, owner, query, endpoint, interval);
+                }
                 Err(why) => {
                     let now = super::wall_clock().as_second();
                     readings.insert(ask.pod.to_string(), (Err(why), now));
-                    continue;
                 }
-            };
-            let key = JobKey {
-                namespace: namespace.clone(),
-                uid: uid.clone(),
-                asked: Asked::InFlight(ask.pod_uid.to_string()),
-            };
-            let owner = (RoleSet::kind(&()), name.clone());
-            if let Some(reading) = self.ask(&mut jobs, key, owner, query, endpoint, interval) {
-                readings.insert(ask.pod.to_string(), reading);
             }
         }
         readings
     }
 
-    /// The answer to `query` for `key`, with when it was sent: one not yet taken, or the
-    /// last one while `interval` has not passed since it was sent; else a new query is
-    /// started (within the namespace's share and the worker's room) and None says it runs.
-    fn ask(
+    /// What the worker holds for `key`: a query running, an answer (with when its query was
+    /// sent) not yet taken, or the last one while its interval has not passed since it was
+    /// sent — and, given `query`, while it is the query asked — or nothing to use: a new
+    /// query is due.
+    fn lookup(jobs: &mut Jobs, key: &JobKey, query: Option<&str>) -> Lookup {
+        let Some(job) = jobs.by_key.get_mut(key) else {
+            return Lookup::Due;
+        };
+        match &job.value {
+            None => Lookup::Running,
+            Some(value) if !job.handed => {
+                job.handed = true;
+                Lookup::Answer(value.clone(), job.sent_at)
+            }
+            // Status timestamps are whole seconds: a measurement due by the status comes at
+            // least `interval - 1s` after the last query began.
+            Some(value)
+                if query.is_none_or(|q| job.query == q)
+                    && job.started.elapsed() + Duration::from_secs(1) < job.interval =>
+            {
+                Lookup::Answer(value.clone(), job.sent_at)
+            }
+            Some(_) => Lookup::Due,
+        }
+    }
+
+    /// Starts `query` for `key` in a task of its own, within the namespace's share and the
+    /// worker's room (else a later reconcile starts it); its answer brings `owner`'s
+    /// reconcile back.
+    fn start(
         self: &Arc<Self>,
         jobs: &mut Jobs,
         key: JobKey,
@@ -556,29 +594,11 @@ impl Providers {
         query: String,
         endpoint: &Endpoint,
         interval: Duration,
-    ) -> Option<(Result<f64, String>, i64)> {
-        if let Some(job) = jobs.by_key.get_mut(&key) {
-            match &job.value {
-                None => return None,
-                Some(value) if !job.handed => {
-                    job.handed = true;
-                    return Some((value.clone(), job.sent_at));
-                }
-                // Status timestamps are whole seconds: a measurement due by the status
-                // comes at least `interval - 1s` after the last query began.
-                Some(value)
-                    if job.query == query
-                        && job.started.elapsed() + Duration::from_secs(1) < job.interval =>
-                {
-                    return Some((value.clone(), job.sent_at));
-                }
-                Some(_) => {}
-            }
-        }
+    ) {
         let running = jobs.running.get(&key.namespace).copied().unwrap_or(0);
         if running >= NAMESPACE_SHARE || !jobs.room_for(&key) {
             // Taken by a later reconcile: the due measurement keeps the requeue short.
-            return None;
+            return;
         }
         *jobs.running.entry(key.namespace.clone()).or_default() += 1;
         jobs.by_key.insert(
@@ -609,7 +629,6 @@ impl Providers {
             .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
             providers.answered(key, value);
         });
-        None
     }
 
     /// The endpoint `name`, or why there is none.
@@ -658,6 +677,16 @@ impl Providers {
         };
         Ok((query, endpoint, interval))
     }
+}
+
+/// What the worker holds for a query ([`Providers::lookup`]).
+enum Lookup {
+    /// Its query runs.
+    Running,
+    /// An answer to use, and when its query was sent (Unix seconds).
+    Answer(Result<f64, String>, i64),
+    /// Nothing to use: a new query is due.
+    Due,
 }
 
 /// A draining pod whose requests in flight a RoleSet reads.
@@ -1040,16 +1069,18 @@ mod tests {
         }
     }
 
-    /// A provider counting its queries: answers `answer`, or never.
+    /// A provider counting its queries, and keeping them: answers `answer`, or never.
     struct Counting {
         queries: std::sync::atomic::AtomicUsize,
+        sent: std::sync::Mutex<Vec<String>>,
         answer: Option<f64>,
     }
 
     impl MetricsProvider for Counting {
-        fn query<'a>(&'a self, _query: &'a str) -> BoxFuture<'a, Result<f64, String>> {
+        fn query<'a>(&'a self, query: &'a str) -> BoxFuture<'a, Result<f64, String>> {
             self.queries
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.sent.lock().unwrap().push(query.to_string());
             let answer = self.answer;
             Box::pin(async move {
                 match answer {
@@ -1078,6 +1109,7 @@ mod tests {
     fn counting(answer: Option<f64>) -> Arc<Counting> {
         Arc::new(Counting {
             queries: Default::default(),
+            sent: Default::default(),
             answer,
         })
     }
@@ -1143,6 +1175,66 @@ mod tests {
             );
         }
         assert_eq!(healthy.queries.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A RoleSet's draining pods are read off the reconcile: the first pass hands the
+    /// queries over (each naming its pod, scoped to the namespace), each answer brings the
+    /// RoleSet back — not a StormService of the same name — and passes within the interval
+    /// take the same readings without a new query.
+    #[tokio::test]
+    async fn readings_of_draining_pods_bring_their_roleset_back_and_keep_their_interval() {
+        use futures::{FutureExt, StreamExt};
+        let busy = counting(Some(3.0));
+        let providers = providers(&[("default", busy.clone())]);
+        let mut rolesets = Box::pin(providers.finished::<RoleSet>());
+        let mut services = Box::pin(providers.finished::<StormService>());
+        let roleset: RoleSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+            "metadata": {"name": "llm", "namespace": "team-a", "uid": "rs-uid"},
+            "spec": {"roles": []}
+        }))
+        .unwrap();
+        let query: DrainQuery = serde_json::from_value(serde_json::json!({
+            "query": r#"sum(running{pod="{{pod}}"})"#, "interval": "30s"}))
+        .unwrap();
+        let asks = || {
+            [("a", "uid-a"), ("b", "uid-b")].map(|(pod, pod_uid)| InFlightAsk {
+                pod,
+                pod_uid,
+                role: "decode",
+                query: &query,
+            })
+        };
+        assert!(providers.in_flight(&roleset, asks()).is_empty());
+        for _ in 0..2 {
+            let back = tokio::time::timeout(Duration::from_secs(5), rolesets.next())
+                .await
+                .expect("an answer brings the RoleSet back")
+                .unwrap();
+            assert_eq!(back.name, "llm");
+        }
+        assert!(
+            services.next().now_or_never().is_none(),
+            "no StormService is due"
+        );
+        for _ in 0..3 {
+            let read = providers.in_flight(&roleset, asks());
+            let values: Vec<(&str, &Result<f64, String>)> = read
+                .iter()
+                .map(|(pod, (value, _))| (pod.as_str(), value))
+                .collect();
+            assert_eq!(values, [("a", &Ok(3.0)), ("b", &Ok(3.0))]);
+        }
+        assert_eq!(busy.queries.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let mut sent = busy.sent.lock().unwrap().clone();
+        sent.sort();
+        assert_eq!(
+            sent,
+            [
+                r#"sum(running{namespace="team-a",pod="a"})"#,
+                r#"sum(running{namespace="team-a",pod="b"})"#
+            ]
+        );
     }
 
     /// One namespace's queries to an endpoint that never answers hold at most its share of
