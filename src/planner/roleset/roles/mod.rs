@@ -1467,16 +1467,29 @@ mod tests {
             any::<bool>(),
             // Ready but still warming up (`minReadySeconds`): counted Ready, not available.
             any::<bool>(),
+            // Out of traffic for its drain: never available.
+            any::<bool>(),
         )
             .prop_map(
-                move |(hash, running, terminating, ready, created, target, pending, warming)| {
+                move |(
+                    hash,
+                    running,
+                    terminating,
+                    ready,
+                    created,
+                    target,
+                    pending,
+                    warming,
+                    draining,
+                )| {
+                    let draining = draining && running && !terminating;
                     PodView {
                         name: format!("p{i}"),
                         hash: hash.into(),
                         running,
                         terminating,
-                        ready: ready && running && !terminating,
-                        available: ready && running && !terminating && !warming,
+                        ready: ready && running && !terminating && !draining,
+                        available: ready && running && !terminating && !warming && !draining,
                         available_at: (ready && running && !terminating && warming)
                             .then_some(1_000),
                         // Every other pod can leave traffic without being deleted.
@@ -1485,7 +1498,11 @@ mod tests {
                         slot: Some(i as u32 % 4),
                         in_place_target: target.map(String::from),
                         in_place_pending: pending.then_some(PendingReason::ImageIdUnchanged),
-                        draining: None,
+                        draining: draining.then_some(Draining {
+                            started: 900,
+                            out_since: Some(900),
+                            noted: None,
+                        }),
                     }
                 },
             )
@@ -1609,6 +1626,17 @@ mod tests {
             prop_assert!(after >= ready || after >= min_available,
                 "deletes {:?} leave {after} of {ready} available, minAvailable {min_available}", action.delete);
             prop_assert!(action.delete.iter().all(|n| !r.pending_deletes.contains(n)), "no double delete");
+            // docs/rollouts.md#drain-before-delete: a stateless scale-down removes every
+            // draining pod before any other running one.
+            if mode == 0 && !r.stateful {
+                let draining_left = counts.active.iter()
+                    .any(|p| p.draining.is_some() && !action.delete.contains(&p.name));
+                for name in &action.delete {
+                    let pod = r.pods.iter().find(|p| &p.name == name).unwrap();
+                    prop_assert!(pod.draining.is_some() || !pod.running || !draining_left,
+                        "deleted {name} while a draining pod stays");
+                }
+            }
         }
 
         /// docs/rollouts.md#warm-abort: a retry takes the warm pods back. Once the role's
