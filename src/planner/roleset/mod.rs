@@ -930,7 +930,7 @@ mod tests {
     use super::*;
     use crate::api::keys::{
         ANNOTATION_DRAIN_POLICY, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH,
-        CONDITION_PAIRING_SERVABLE,
+        CONDITION_PAIRING_SERVABLE, LABEL_PODSET_NAME, LABEL_ROLE_REPLICA_INDEX,
     };
     use crate::planner::status::Reason;
     use children::role_children;
@@ -1218,6 +1218,110 @@ mod tests {
                 reason: Reason::Serving
             }]
         );
+    }
+
+    #[test]
+    fn a_multi_node_replica_drains_whole_and_goes_on_its_pods_sum() {
+        let mut rs = roleset(json!([role("decode", 1, 2)]));
+        rs.spec.roles.as_mut().unwrap()[0].drain = Some(
+            serde_json::from_value(json!({"timeout": 30, "query": {"query": "q", "interval": 5}}))
+                .unwrap(),
+        );
+        let hash = target_hash(&rs, "decode");
+        let at = |s: i64| {
+            k8s_openapi::jiff::Timestamp::from_second(s)
+                .unwrap()
+                .to_string()
+        };
+        // A gang of two gated pods; `out`: drained since 1,000, out of traffic since 1,001.
+        let gang = |name: &str, out: bool| {
+            let mut labels = labels("decode", &hash);
+            labels[LABEL_ROLE_REPLICA_INDEX] = json!(if name == "a" { "1" } else { "0" });
+            let mut podset: PodSet = serde_json::from_value(json!({
+                "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "PodSet",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"podGroupSize": 2, "template": {"spec": {"containers": [],
+                    "readinessGates": [{"conditionType": CONDITION_PAIRING_SERVABLE}]}}},
+                "status": {"phase": if out { "Running" } else { "Ready" },
+                    "readyPods": 2, "totalPods": 2, "conditions": [{"type": "Ready",
+                    "status": if out { "False" } else { "True" },
+                    "lastTransitionTime": at(1_001)}]}
+            }))
+            .unwrap();
+            if out {
+                podset
+                    .annotations_mut()
+                    .insert(ANNOTATION_DRAIN_STARTED.into(), at(1_000));
+            }
+            let members: Vec<Arc<CachedPod>> = (0..2)
+                .map(|i| {
+                    let mut pod = (*serving(&format!("{name}-{i}"), "decode", &hash)).clone();
+                    pod.labels_mut()
+                        .insert(LABEL_PODSET_NAME.into(), name.into());
+                    Arc::new(CachedPod::from_pod(&pod))
+                })
+                .collect();
+            (Arc::new(podset), members)
+        };
+        let run =
+            |podsets: &[(Arc<PodSet>, Vec<Arc<CachedPod>>)], now: i64, read: Option<(f64, i64)>| {
+                let sets: Vec<Arc<PodSet>> = podsets.iter().map(|(p, _)| p.clone()).collect();
+                let gang_pods: Vec<Arc<CachedPod>> =
+                    podsets.iter().flat_map(|(_, m)| m.clone()).collect();
+                let clock = Availability::new(
+                    None,
+                    k8s_openapi::jiff::Timestamp::from_second(now).unwrap(),
+                );
+                let readings: BTreeMap<String, Reading> = read
+                    .map(|(value, at)| {
+                        (
+                            "a".to_string(),
+                            Reading {
+                                value: Ok(value),
+                                at,
+                            },
+                        )
+                    })
+                    .into_iter()
+                    .collect();
+                decide(PassInput {
+                    roleset: &rs,
+                    pods: &[],
+                    podsets: &sets,
+                    gang_pods: &gang_pods,
+                    written_gates: &BTreeMap::new(),
+                    roles: role_children(&rs, &[], &sets, clock),
+                    pending: vec![Pending::default()],
+                    stable: vec![None],
+                    gang: Gang::NotRequested,
+                    clock,
+                    written_drains: &BTreeMap::new(),
+                    readings: &readings,
+                })
+            };
+        // Scaled to one of two slots: slot 1's PodSet drains, both its pods leave traffic.
+        let start = run(&[gang("a", false), gang("b", false)], 1_000, None);
+        assert_eq!(start.drain.start.len(), 1);
+        let unit = &start.drain.start[0];
+        assert!(unit.gang);
+        assert!(start.roles[0].action.delete.is_empty());
+        let name = unit.name.clone();
+        let mut closed: Vec<Gate> = start.gates.clone();
+        closed.sort_by(|a, b| a.pod.cmp(&b.pod));
+        let expected: Vec<Gate> = (0..2)
+            .map(|i| Gate {
+                pod: format!("{name}-{i}"),
+                servable: false,
+                reason: Reason::Draining,
+            })
+            .collect();
+        assert_eq!(closed, expected, "both of its pods leave traffic");
+        // Draining: the sum over its pods read after it left traffic decides.
+        let pods = [gang("a", true), gang("b", false)];
+        let busy = run(&pods, 1_010, Some((1.0, 1_009)));
+        assert!(busy.roles[0].action.delete.is_empty());
+        let idle = run(&pods, 1_010, Some((0.0, 1_009)));
+        assert_eq!(idle.roles[0].action.delete, ["a"]);
     }
 
     #[test]
