@@ -87,6 +87,8 @@ struct Index<K: Resource<DynamicType = ()>> {
     /// Children already reported for claiming an owner in another namespace (each is
     /// reported once while it is stored).
     foreign: HashSet<ObjectRef<K>>,
+    /// The highest resource version of the watch this index holds (see [`Cache::seen_version`]).
+    seen_version: Option<u64>,
 }
 
 impl<K: Resource<DynamicType = ()>> Default for Index<K> {
@@ -96,6 +98,7 @@ impl<K: Resource<DynamicType = ()>> Default for Index<K> {
             by_owner: HashMap::new(),
             bytes: 0,
             foreign: HashSet::new(),
+            seen_version: None,
         }
     }
 }
@@ -153,6 +156,7 @@ where
             config,
             problems: Problems::default(),
             relisted_problems: Problems::default(),
+            relisted_version: None,
             warnings: None,
         };
         (cache, driver)
@@ -212,6 +216,14 @@ where
             .unwrap_or_default()
     }
 
+    /// The highest resource version among the watch events the cache holds (kept or not):
+    /// every change of this kind the API server committed at or below it is in the cache.
+    /// Resource versions of one kind are comparable (KEP-5504, GA in Kubernetes 1.35); one
+    /// that is not a number is not counted.
+    pub fn seen_version(&self) -> Option<u64> {
+        self.index.lock().expect("index lock").seen_version
+    }
+
     /// The stored object `name` in `namespace`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         self.reader.get(&ObjectRef::new(name).within(namespace))
@@ -269,6 +281,11 @@ where
     }
 }
 
+/// An object's resource version as a number (see [`Cache::seen_version`]).
+fn version_of<K: Resource>(object: &K) -> Option<u64> {
+    object.meta().resource_version.as_deref()?.parse().ok()
+}
+
 /// What a watch event of one object does to the store.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -287,6 +304,9 @@ pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
     problems: Problems<K>,
     /// The same, as the (re)list in progress finds them.
     relisted_problems: Problems<K>,
+    /// The highest resource version the (re)list in progress has listed: the index holds it
+    /// once the list is complete.
+    relisted_version: Option<u64>,
     /// Where each newly found problem is sent for an event; full, it is only logged (an
     /// event is informative, and the watch never waits for one).
     warnings: Option<tokio::sync::mpsc::Sender<DecodeWarning>>,
@@ -411,6 +431,20 @@ where
     /// Applies one watch event to the store and the index; returns the changed objects.
     fn apply(&mut self, event: watcher::Event<K>) -> Vec<Arc<K>> {
         let cache = &self.cache;
+        // How far the watch has come: applied to the index with the event itself, so a
+        // reader never sees a version whose change it cannot see yet.
+        let mut seen = match &event {
+            watcher::Event::Apply(object) | watcher::Event::Delete(object) => version_of(object),
+            watcher::Event::InitApply(object) => {
+                self.relisted_version = self.relisted_version.max(version_of(object));
+                None
+            }
+            watcher::Event::Init => {
+                self.relisted_version = None;
+                None
+            }
+            watcher::Event::InitDone => self.relisted_version.take(),
+        };
         let event = match event {
             // An object the cache does not keep leaves it (it may have been kept before).
             watcher::Event::Apply(object) if !(cache.keep)(&object) => {
@@ -421,6 +455,7 @@ where
         };
         self.writer.apply_watcher_event(&event);
         let mut index = cache.index.lock().expect("index lock");
+        seen = seen.max(index.seen_version);
         let changed = match event {
             watcher::Event::Apply(object) => {
                 let key = ObjectRef::from_obj(&object);
@@ -435,6 +470,7 @@ where
             watcher::Event::Delete(object) => {
                 let key = ObjectRef::from_obj(&object);
                 if !index.entries.contains_key(&key) {
+                    index.seen_version = seen;
                     return Vec::new();
                 }
                 Cache::unindex(&mut index, &key);
@@ -447,6 +483,7 @@ where
                 let stored = cache.reader.state();
                 let mut vanished = std::mem::take(&mut index.entries);
                 *index = Index::default();
+                index.seen_version = seen;
                 for object in &stored {
                     let key = ObjectRef::from_obj(&**object);
                     vanished.remove(&key);
@@ -457,6 +494,7 @@ where
                 changed
             }
         };
+        index.seen_version = seen;
         cache.report(&index);
         changed
     }
@@ -594,6 +632,37 @@ mod tests {
         let index = cache.index.lock().unwrap();
         assert_eq!(index.entries.len(), 1);
         assert_eq!(index.bytes, stored, "the size follows what is stored");
+    }
+
+    #[tokio::test]
+    async fn the_version_seen_moves_with_what_the_index_holds() {
+        let (cache, mut driver) = cache();
+        driver.apply(watcher::Event::Init);
+        driver.apply(watcher::Event::InitApply(pod("a", Some("u1"), "7")));
+        driver.apply(watcher::Event::InitApply(pod("stray", None, "9")));
+        assert_eq!(
+            cache.seen_version(),
+            None,
+            "a list counts once it is complete"
+        );
+        driver.apply(watcher::Event::InitDone);
+        assert_eq!(
+            cache.seen_version(),
+            Some(9),
+            "an object not kept counts too"
+        );
+        driver.apply(watcher::Event::Delete(pod("gone", Some("u1"), "12")));
+        assert_eq!(
+            cache.seen_version(),
+            Some(12),
+            "a deletion of an unknown object"
+        );
+        driver.apply(watcher::Event::Apply(pod("b", Some("u1"), "not-a-number")));
+        assert_eq!(cache.seen_version(), Some(12));
+        driver.apply(watcher::Event::Init);
+        driver.apply(watcher::Event::InitApply(pod("a", Some("u1"), "7")));
+        driver.apply(watcher::Event::InitDone);
+        assert_eq!(cache.seen_version(), Some(12), "a relist never goes back");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use super::error::{Error, refusal};
+use super::expectations::cache_settles;
 use crate::api::keys::{
     CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME,
 };
@@ -104,6 +105,11 @@ pub enum Created<K> {
 pub struct Writes<'a, K> {
     api: Api<K>,
     ctx: &'a Context,
+    /// The owner's expectations key.
+    owner: String,
+    /// Whether the owner is being deleted: its children's deletions are then evidence for
+    /// ordered deletion ([`super::expectations::cache_settles`]).
+    owner_going: bool,
 }
 
 impl<'a, K> Writes<'a, K>
@@ -120,6 +126,8 @@ where
         Self {
             api: Api::namespaced(ctx.client.clone(), namespace),
             ctx,
+            owner: Context::key(owner),
+            owner_going: owner.meta().deletion_timestamp.is_some(),
         }
     }
 
@@ -135,6 +143,9 @@ where
     /// Creates `child`; a conflict is decided by `on_conflict`, a refusal is returned for
     /// the owner's status.
     pub async fn create(&self, child: &K, on_conflict: OnConflict) -> Result<Created<K>, Error> {
+        self.ctx
+            .expectations
+            .creating(&self.owner, &Self::resource());
         match self.api.create(&PostParams::default(), child).await {
             Ok(created) => {
                 self.ctx.wrote("create", &Self::resource());
@@ -194,8 +205,18 @@ where
             ..kube::api::DeleteParams::background()
         };
         match self.api.delete(name, &params).await {
-            Ok(_) => {
+            Ok(answer) => {
                 self.ctx.wrote("delete", &Self::resource());
+                let version = answer
+                    .left()
+                    .and_then(|child| child.meta().resource_version.as_deref()?.parse().ok());
+                if let (true, Some(version)) = (self.owner_going, version) {
+                    self.ctx.expectations.deleted_while_going(
+                        &self.owner,
+                        &Self::resource(),
+                        version,
+                    );
+                }
                 Ok(())
             }
             // 409: the precondition failed, the name now holds another object.
@@ -234,11 +255,12 @@ pub fn going<K: kube::Resource>(children: &[Arc<K>]) -> Vec<Going> {
 /// The children of kind `K` the API server itself still holds of `owner`: those carrying
 /// `label` = the owner's name, controlled by its UID.
 ///
-/// Ordered deletion asks this once the cache shows none left, because the next step — the
-/// finalizer's removal — cannot be undone, and a cache can lag: a child created just before
-/// its watch re-listed (after an API-server restart) would outlive its owner until the
-/// garbage collector found it. One LIST of a label, read from etcd, per deleted owner — the
-/// fresh read Kubernetes' controllers make before an adoption they cannot take back.
+/// Ordered deletion asks this once the cache shows none left but cannot vouch for it
+/// ([`ChildKind::settled`]), because the next step — the finalizer's removal — cannot be
+/// undone, and a cache can lag: a child created just before its watch re-listed (after an
+/// API-server restart) would outlive its owner until the garbage collector found it. One LIST
+/// of a label, read from etcd — the fresh read Kubernetes' controllers make before an
+/// adoption they cannot take back.
 pub async fn live_children<K>(
     ctx: &Context,
     owner: &impl kube::Resource,
@@ -332,6 +354,33 @@ impl ChildKind {
             Self::PodSets => going(&owned_children(&caches.podsets, owner)),
             Self::Pods => going(&owned_children(&caches.pods, owner)),
         }
+    }
+
+    /// Whether the caches showing none of `owner`'s children of this kind can be believed
+    /// without asking the API server.
+    pub fn settled(self, ctx: &Context, owner: &impl kube::Resource) -> bool {
+        let caches = &ctx.caches;
+        let (ready, seen, resource) = match self {
+            Self::RoleSets => (
+                caches.rolesets.is_ready(),
+                caches.rolesets.seen_version(),
+                RoleSet::plural(&()),
+            ),
+            Self::PodSets => (
+                caches.podsets.is_ready(),
+                caches.podsets.seen_version(),
+                PodSet::plural(&()),
+            ),
+            Self::Pods => (
+                caches.pods.is_ready(),
+                caches.pods.seen_version(),
+                Pod::plural(&()),
+            ),
+        };
+        let (created_here, deleted_at) = ctx
+            .expectations
+            .deletion_evidence(&Context::key(owner), &resource);
+        cache_settles(ready, seen, created_here, deleted_at)
     }
 
     /// `owner`'s children of this kind the API server holds.

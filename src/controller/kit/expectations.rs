@@ -1,7 +1,8 @@
 //! Creates and deletes issued and not yet observed, per owner and role, and pairing
 //! conditions and drain starts written and not yet observed, per owner: a lagging cache never
 //! makes a pass create or delete a child twice, write a pod's gate twice or drain another
-//! (docs/architecture.md#one-reconcile).
+//! (docs/architecture.md#one-reconcile). And per owner, what ordered deletion needs to take
+//! an empty cache at its word ([`Expectations::settled`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -55,6 +56,35 @@ pub struct Expectations {
     children: Mutex<HashMap<(String, String), Expectation>>,
     gates: Mutex<HashMap<String, WrittenGates>>,
     drains: Mutex<HashMap<String, WrittenDrains>>,
+    deletions: Mutex<HashMap<String, Deletion>>,
+}
+
+/// What this process did to one owner's children, by resource (`pods`, `podsets`, ...).
+#[derive(Debug, Default)]
+struct Deletion {
+    /// Kinds of child it sent a create of (sent: an answer lost on the way still counts).
+    created: BTreeSet<String>,
+    /// Per kind, the highest resource version of a child deletion the API server answered
+    /// while the owner was being deleted.
+    deleted: BTreeMap<String, u64>,
+}
+
+/// Whether a cache that shows none of an owner's children of one kind can be taken at its
+/// word, or the API server must be asked (docs/architecture.md#ordered-deletion). A cache
+/// misses a child only if the child was created after the cache's first list and its event
+/// has not arrived: so either this process never sent a create of that kind for the owner
+/// (whatever existed before the process was listed), or the cache has seen a version at or
+/// past the deletion of a child this process asked for once the owner was going — every
+/// child committed before that deletion has a lower version of the same kind.
+pub fn cache_settles(
+    cache_ready: bool,
+    cache_seen: Option<u64>,
+    created_here: bool,
+    deleted_at: Option<u64>,
+) -> bool {
+    cache_ready
+        && (!created_here
+            || matches!((cache_seen, deleted_at), (Some(seen), Some(at)) if seen >= at))
 }
 
 /// Drain starts written for one owner: child name → the start written, and when.
@@ -191,8 +221,42 @@ impl Expectations {
         pending
     }
 
+    /// Records a create of a `resource` child of `owner`, before it is sent.
+    pub fn creating(&self, owner: &str, resource: &str) {
+        let mut all = self.deletions.lock().expect("expectations lock");
+        let created = &mut all.entry(owner.to_string()).or_default().created;
+        if !created.contains(resource) {
+            created.insert(resource.to_string());
+        }
+    }
+
+    /// Records the resource version the API server answered a deletion of a `resource`
+    /// child of `owner` with, the owner being deleted.
+    pub fn deleted_while_going(&self, owner: &str, resource: &str, version: u64) {
+        let mut all = self.deletions.lock().expect("expectations lock");
+        let deleted = &mut all.entry(owner.to_string()).or_default().deleted;
+        let at = deleted.entry(resource.to_string()).or_default();
+        *at = (*at).max(version);
+    }
+
+    /// Whether this process sent a create of a `resource` child of `owner`, and the highest
+    /// version of such a child's deletion answered while the owner was going.
+    pub fn deletion_evidence(&self, owner: &str, resource: &str) -> (bool, Option<u64>) {
+        let all = self.deletions.lock().expect("expectations lock");
+        all.get(owner).map_or((false, None), |d| {
+            (
+                d.created.contains(resource),
+                d.deleted.get(resource).copied(),
+            )
+        })
+    }
+
     /// Drops everything recorded for the owner with UID `owner`.
     pub fn forget(&self, owner: &str) {
+        self.deletions
+            .lock()
+            .expect("expectations lock")
+            .remove(owner);
         self.children
             .lock()
             .expect("expectations lock")
@@ -205,6 +269,46 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_cache_is_believed_only_past_what_this_process_may_have_made_it_miss() {
+        let expectations = Expectations::default();
+        let settles = |ready: bool, seen: Option<u64>| {
+            let (created, deleted) = expectations.deletion_evidence("rs", "pods");
+            cache_settles(ready, seen, created, deleted)
+        };
+        assert!(
+            !settles(false, Some(9)),
+            "a cache not yet listed shows nothing"
+        );
+        assert!(
+            settles(true, None),
+            "nothing created here: the first list holds it all"
+        );
+        expectations.creating("rs", "podsets");
+        assert!(
+            settles(true, None),
+            "a create of another kind says nothing of pods"
+        );
+        expectations.creating("rs", "pods");
+        assert!(
+            !settles(true, Some(100)),
+            "a pod created here may be one the cache has not seen"
+        );
+        expectations.deleted_while_going("rs", "pods", 120);
+        expectations.deleted_while_going("rs", "pods", 110);
+        assert!(
+            !settles(true, Some(119)),
+            "the cache is behind the last deletion"
+        );
+        assert!(
+            settles(true, Some(120)),
+            "the cache saw the deletion: all before it too"
+        );
+        assert!(!settles(false, Some(120)));
+        expectations.forget("rs");
+        assert_eq!(expectations.deletion_evidence("rs", "pods"), (false, None));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_written_gate_is_pending_until_observed_its_pod_is_gone_or_it_times_out() {

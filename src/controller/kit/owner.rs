@@ -203,8 +203,9 @@ pub async fn reconcile<O: Owner>(object: Arc<O>, ctx: Arc<Context>) -> Result<Ac
 }
 
 /// Ordered deletion of an owner: every child first; the finalizer goes once none is left —
-/// in the cache, then on the API server ([`super::children::live_children`]). Until then the reconcile
-/// waits ([`Error::Waiting`]): deletions are watched, the requeue is a backstop.
+/// in the caches, confirmed by what they have seen ([`ChildKind::settled`]) or else by the API
+/// server ([`super::children::live_children`]). Until then the reconcile waits
+/// ([`Error::Waiting`]): deletions are watched, the requeue is a backstop.
 pub async fn ordered_deletion<O: Owner>(owner: &O, ctx: &Context) -> Result<Action, Error> {
     let mut children: Vec<Vec<Going>> = O::CHILDREN
         .iter()
@@ -213,7 +214,11 @@ pub async fn ordered_deletion<O: Owner>(owner: &O, ctx: &Context) -> Result<Acti
     if children.iter().all(Vec::is_empty) {
         children.clear();
         for kind in O::CHILDREN {
-            children.push(kind.live(ctx, owner, O::CHILD_LABEL).await?);
+            children.push(if kind.settled(ctx, owner) {
+                Vec::new()
+            } else {
+                kind.live(ctx, owner, O::CHILD_LABEL).await?
+            });
         }
         if children.iter().all(Vec::is_empty) {
             ctx.forget(owner);
