@@ -5,6 +5,8 @@
 #     per request, req/s, latency, on both CPUs and on one; allocations per review
 #     (benches/admission.rs)
 #   - planner: plans per second vs cloning the input (criterion, benches/planner.rs)
+#   - cache scale: RSS per pod and CPU per event of the caches' real ingestion fed a
+#     generated fleet of 1,600, 20,000 and 150,000 pods (benches/cache.rs)
 #   - controller: scale, writes, CPU, memory, step latency on the local control plane, vs
 #     the API server's own pod-create rate (e2e/benches/controller.rs; BENCH_SERVICES,
 #     default 200 = 1,600 pods; BENCH_CANARIES, default 25 = 100 steps)
@@ -49,6 +51,8 @@ for plan, baseline in [
     rows.append(f"| {plan} | {t / 1000:.2f} µs | {1e9 / t:,.0f} | {t / b:.2f}× |")
 pathlib.Path(sys.argv[1]).write_text("\n".join(rows) + "\n")
 PY
+echo "==> cache scale"
+cargo bench --locked --bench cache
 echo "==> controller (local control plane)"
 hack/build-tools.sh >/dev/null
 if ! e2e/cluster.sh status >/dev/null 2>&1; then
@@ -76,6 +80,8 @@ table = "\n".join([
     "Planner (criterion; the baseline clones the planner's input in the same run):",
     "",
     (out / "planner.md").read_text().strip(),
+    "",
+    (out / "cache.md").read_text().strip(),
     "",
     (out / "controller.md").read_text().strip(),
     "",

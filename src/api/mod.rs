@@ -17,6 +17,7 @@ pub mod podgroup;
 pub mod podset;
 pub mod roleset;
 pub mod schema;
+pub mod shared;
 pub mod stormservice;
 pub mod tenancy;
 

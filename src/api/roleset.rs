@@ -13,6 +13,7 @@ use super::common::{
     Condition, DisruptionTolerance, RoleStatus, SchedulingStrategy, TopologyPolicy,
 };
 use super::defaults::{DEFAULT_POD_GROUP_SIZE, DEFAULT_REPLICAS, DEFAULT_UPGRADE_ORDER};
+use super::shared::Shared;
 
 /// The roles of one inference-service replica and how they are updated.
 // kube's `printcolumn(...)` arguments repeat keys such as `type_` by design.
@@ -148,7 +149,7 @@ pub struct RoleSpec {
     /// Pod template of the role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = super::limits::pod_template_schema)]
-    pub template: Option<PodTemplateSpec>,
+    pub template: Option<Shared<PodTemplateSpec>>,
     /// Declared by AIBrix but unused; accepted and ignored (with an admission warning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_tolerance: Option<DisruptionTolerance>,

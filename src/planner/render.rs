@@ -137,7 +137,7 @@ fn env_first(containers: &mut [Container], vars: &[(&str, &str)]) {
 /// the RoleSet's built-in env vars; its name embeds the hash, like a stateful pod's.
 pub fn podset_for_slot(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32) -> PodSet {
     let pod = stateful_pod(roleset, role, hash, slot);
-    let mut template = role.template.clone().unwrap_or_default();
+    let mut template = role.template.as_deref().cloned().unwrap_or_default();
     let mut spec = pod.spec.expect("rendered pods have a spec");
     spec.hostname = template.spec.as_ref().and_then(|s| s.hostname.clone());
     template.spec = Some(spec);
@@ -351,7 +351,7 @@ pub fn stateful_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: u32) -
 }
 
 fn render_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, slot: Option<u32>) -> Pod {
-    let template = role.template.clone().unwrap_or_default();
+    let template = role.template.as_deref().cloned().unwrap_or_default();
     let rs_name = roleset.name_any();
     let rs_labels = roleset.labels();
     let service = rs_labels
@@ -626,7 +626,7 @@ mod tests {
         .unwrap();
         let role = RoleSpec {
             name: "decode".into(),
-            template: Some(template("i:1")),
+            template: Some(template("i:1").into()),
             ..RoleSpec::default()
         };
         let pod = stateful_pod(&roleset, &role, "h1", 3);
@@ -720,7 +720,7 @@ mod tests {
     fn role() -> RoleSpec {
         RoleSpec {
             name: "prefill".into(),
-            template: Some(template("i:1")),
+            template: Some(template("i:1").into()),
             ..RoleSpec::default()
         }
     }
@@ -814,7 +814,7 @@ mod tests {
         roleset.metadata.uid = Some("u-1".into());
         let role: RoleSpec = serde_json::from_value(json!({"name": "prefill"})).unwrap();
         let role = RoleSpec {
-            template: Some(template("i:1")),
+            template: Some(template("i:1").into()),
             ..role
         };
         let pod = stateless_pod(&roleset, &role, "hash1");
@@ -866,7 +866,7 @@ mod tests {
         }))
         .unwrap();
         let role = |name: &str| RoleSpec {
-            template: Some(template("i:1")),
+            template: Some(template("i:1").into()),
             ..serde_json::from_value(json!({"name": name})).unwrap()
         };
         let labels = |pod: Pod| pod.metadata.labels.unwrap_or_default();

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::render::{SAFE_ALPHABET, canonical_json};
 use crate::api::RoleSetTemplateSpec;
+use crate::api::shared::Shared;
 
 /// Length of the hash suffix of a revision name.
 const HASH_LEN: usize = 6;
@@ -187,7 +188,7 @@ pub fn role_template(
         .into_iter()
         .flatten()
         .find(|r| r.name == role)
-        .map(|r| r.template.unwrap_or_default())
+        .map(|r| r.template.map(Shared::into_inner).unwrap_or_default())
         .ok_or_else(|| RevisionError::NoSuchRole {
             name: name.clone(),
             role: role.to_string(),

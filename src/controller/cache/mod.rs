@@ -34,9 +34,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::bounded_status::CheckedStatus;
-use crate::api::controller_uid;
+use crate::api::shared::Interner;
+use crate::api::{RoleSet, RoleSpec, StormService, controller_uid};
 use crate::metrics::Metrics;
 use decoded::Decoded;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 /// Changes waiting for one subscribed controller. Bounded: a controller that stops taking
 /// them slows its watch down (backpressure) instead of growing memory.
@@ -59,6 +61,39 @@ pub struct DecodeWarning {
 
 /// Which watched objects a cache keeps (the others are dropped as if deleted).
 pub type Keep<K> = fn(&K) -> bool;
+
+/// Points what an object holds in common with others at one shared copy
+/// ([`crate::api::shared`]), before it is stored.
+pub type Share<K> = fn(&mut K);
+
+/// The pod templates the RoleSets and StormServices of every cache hold: one copy of each.
+static POD_TEMPLATES: std::sync::LazyLock<Interner<PodTemplateSpec>> =
+    std::sync::LazyLock::new(Interner::default);
+
+/// Points every role's template at the one copy of its content.
+fn share_role_templates(roles: Option<&mut Vec<RoleSpec>>) {
+    for role in roles.into_iter().flatten() {
+        if let Some(template) = role.template.take() {
+            role.template = Some(POD_TEMPLATES.share(template));
+        }
+    }
+}
+
+/// A RoleSet's pod templates, shared.
+pub fn share_roleset_templates(roleset: &mut RoleSet) {
+    share_role_templates(roleset.spec.roles.as_mut());
+}
+
+/// A StormService's pod templates, shared.
+pub fn share_stormservice_templates(service: &mut StormService) {
+    let roles = service
+        .spec
+        .template
+        .spec
+        .as_mut()
+        .and_then(|s| s.roles.as_mut());
+    share_role_templates(roles);
+}
 
 /// One kind's cache: the objects, by key and by controlling owner.
 pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -158,6 +193,7 @@ where
             relisted_problems: Problems::default(),
             relisted_version: None,
             warnings: None,
+            share: None,
         };
         (cache, driver)
     }
@@ -310,6 +346,8 @@ pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
     /// Where each newly found problem is sent for an event; full, it is only logged (an
     /// event is informative, and the watch never waits for one).
     warnings: Option<tokio::sync::mpsc::Sender<DecodeWarning>>,
+    /// What each object shares with others, pointed at one copy before it is stored.
+    share: Option<Share<K>>,
 }
 
 impl<K> Driver<K>
@@ -323,26 +361,40 @@ where
         self
     }
 
-    /// Watches until the process stops (the watcher retries with backoff on errors).
+    /// The same driver, storing each object after `share` pointed what it holds in common
+    /// with others at one copy.
+    pub fn sharing(mut self, share: Share<K>) -> Self {
+        self.share = Some(share);
+        self
+    }
+
+    /// Watches until the process stops (the watcher retries with backoff on errors). Lists
+    /// come in pages of the watcher's default 500 objects, each page decoded and taken in
+    /// before the next is asked for, so a list never holds more than one page's JSON.
     pub async fn run(mut self) {
         let kind = K::kind(&());
-        let mut events = std::pin::pin!(
-            watcher(self.api.clone(), self.config.clone())
-                .default_backoff()
-                .modify(make_lean::<Decoded<K>>)
-        );
+        let mut events =
+            std::pin::pin!(watcher(self.api.clone(), self.config.clone()).default_backoff());
         while let Some(event) = events.next().await {
             match event {
-                Ok(event) => {
-                    let Some(event) = self.admit(event) else {
-                        continue;
-                    };
-                    let changed = self.apply(event);
-                    self.fan_out(changed).await;
-                }
+                Ok(event) => self.feed(event).await,
                 Err(error) => tracing::warn!(%kind, %error, "watch failed; retrying"),
             }
         }
+    }
+
+    /// Takes in one watch event as the watch hands it over: made lean, admitted, stored and
+    /// indexed, then fanned out to the subscribers. (The cache-scale bench feeds generated
+    /// fleets through here: `benches/cache.rs`.)
+    pub async fn feed(&mut self, event: watcher::Event<Decoded<K>>) {
+        let Some(mut event) = self.admit(event.modify(make_lean::<Decoded<K>>)) else {
+            return;
+        };
+        if let Some(share) = self.share {
+            event = event.modify(share);
+        }
+        let changed = self.apply(event);
+        self.fan_out(changed).await;
     }
 
     /// The event the store applies for one decoded event. An object that does not decode
@@ -520,6 +572,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::shared::Shared;
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube::ResourceExt;
@@ -632,6 +685,54 @@ mod tests {
         let index = cache.index.lock().unwrap();
         assert_eq!(index.entries.len(), 1);
         assert_eq!(index.bytes, stored, "the size follows what is stored");
+    }
+
+    #[tokio::test]
+    async fn two_rolesets_with_the_same_template_hold_one_copy_of_it() {
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:1".parse().expect("a URL"),
+        ))
+        .expect("a client");
+        let (cache, driver) = Cache::<RoleSet>::new(
+            Api::all(client),
+            watcher::Config::default(),
+            |_| true,
+            Arc::new(Metrics::default()),
+        );
+        let mut driver = driver.sharing(share_roleset_templates);
+        let roleset = |name: &str, image: &str| {
+            let json = serde_json::json!({
+                "apiVersion": "orchestration.aibrix.ai/v1alpha1", "kind": "RoleSet",
+                "metadata": {"name": name, "namespace": "ns", "uid": name, "resourceVersion": "1"},
+                "spec": {"roles": [{"name": "decode", "replicas": 2, "template": {"spec":
+                    {"containers": [{"name": "engine", "image": image}]}}}]},
+            });
+            serde_json::from_value::<Decoded<RoleSet>>(json).unwrap()
+        };
+        driver.feed(watcher::Event::Init).await;
+        for (name, image) in [("a", "engine:1"), ("b", "engine:1"), ("c", "engine:2")] {
+            driver
+                .feed(watcher::Event::InitApply(roleset(name, image)))
+                .await;
+        }
+        driver.feed(watcher::Event::InitDone).await;
+        let template = |name: &str| {
+            let roleset = cache.get("ns", name).expect("cached");
+            roleset.spec.roles.as_ref().unwrap()[0]
+                .template
+                .clone()
+                .expect("a template")
+        };
+        assert!(
+            Shared::same(&template("a"), &template("b")),
+            "one copy for both"
+        );
+        assert!(!Shared::same(&template("a"), &template("c")));
+        // An update decodes a copy of its own; stored, it points at the one copy again.
+        driver
+            .feed(watcher::Event::Apply(roleset("b", "engine:1")))
+            .await;
+        assert!(Shared::same(&template("a"), &template("b")));
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::podgroups;
-use super::{Cache, DecodeWarning, controlled_by_kind, decoded};
+use super::{Cache, DecodeWarning, Driver, controlled_by_kind, decoded};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
 use crate::api::podgroup::PodGroupCrds;
@@ -40,6 +40,23 @@ pub struct Caches {
     pub podgroups: Arc<podgroups::PodGroupCaches>,
 }
 
+/// The drivers that fill one scope's caches, by kind: run by [`Caches::new`], or fed by the
+/// cache-scale bench (`benches/cache.rs`).
+pub struct Drivers {
+    /// Fills [`Caches::pods`].
+    pub pods: Driver<CachedPod>,
+    /// Fills [`Caches::podsets`].
+    pub podsets: Driver<PodSet>,
+    /// Fills [`Caches::rolesets`].
+    pub rolesets: Driver<RoleSet>,
+    /// Fills [`Caches::stormservices`].
+    pub stormservices: Driver<StormService>,
+    /// Fills [`Caches::revisions`].
+    pub revisions: Driver<ControllerRevision>,
+    /// Fills [`Caches::services`].
+    pub services: Driver<Service>,
+}
+
 impl Caches {
     /// The caches of `namespace` (all namespaces when `None`), with the futures that fill
     /// them (run them before reading).
@@ -49,51 +66,90 @@ impl Caches {
         metrics: &Arc<Metrics>,
         podgroup_crds: watch::Receiver<PodGroupCrds>,
     ) -> (Arc<Self>, Vec<BoxFuture<'static, ()>>) {
+        let (caches, drivers) = Self::unfilled(client, namespace, metrics);
         let (warnings, warned) = tokio::sync::mpsc::channel(DECODE_WARNINGS_QUEUED);
-        let mut drivers: Vec<BoxFuture<'static, ()>> = vec![Box::pin(publish_decode_warnings(
-            warned,
-            client.clone(),
-            metrics.clone(),
-        ))];
+        let Drivers {
+            pods,
+            podsets,
+            rolesets,
+            stormservices,
+            revisions,
+            services,
+        } = drivers;
+        let drivers: Vec<BoxFuture<'static, ()>> = vec![
+            Box::pin(publish_decode_warnings(
+                warned,
+                client.clone(),
+                metrics.clone(),
+            )),
+            Box::pin(pods.warning_to(warnings.clone()).run()),
+            Box::pin(podsets.warning_to(warnings.clone()).run()),
+            Box::pin(rolesets.warning_to(warnings.clone()).run()),
+            Box::pin(stormservices.warning_to(warnings.clone()).run()),
+            Box::pin(revisions.warning_to(warnings.clone()).run()),
+            Box::pin(services.warning_to(warnings).run()),
+            Box::pin(caches.podgroups.clone().run(
+                podgroup_crds,
+                client.clone(),
+                namespace.map(String::from),
+                metrics.clone(),
+            )),
+        ];
+        (caches, drivers)
+    }
+
+    /// The caches of `namespace` and their drivers, not yet started (the PodGroup caches
+    /// start with [`Caches::new`]'s drivers).
+    pub fn unfilled(
+        client: &Client,
+        namespace: Option<&str>,
+        metrics: &Arc<Metrics>,
+    ) -> (Arc<Self>, Drivers) {
         macro_rules! cache {
-            ($kind:ty, $config:expr, $keep:expr) => {{
-                let (cache, driver) = Cache::<$kind>::new(
+            ($kind:ty, $config:expr, $keep:expr) => {
+                Cache::<$kind>::new(
                     scoped::<decoded::Decoded<$kind>>(client, namespace),
                     $config,
                     $keep,
                     metrics.clone(),
-                );
-                drivers.push(Box::pin(driver.warning_to(warnings.clone()).run()));
-                cache
-            }};
+                )
+            };
         }
         let all = watcher::Config::default;
+        let (pods, pods_driver) = cache!(CachedPod, all(), |p: &CachedPod| {
+            controlled_by_kind::<RoleSet>(&p.metadata) || controlled_by_kind::<PodSet>(&p.metadata)
+        });
+        let (podsets, podsets_driver) = cache!(PodSet, all(), |_: &PodSet| true);
+        let (rolesets, rolesets_driver) = cache!(RoleSet, all(), |_: &RoleSet| true);
+        let (stormservices, stormservices_driver) =
+            cache!(StormService, all(), |_: &StormService| true);
+        let (revisions, revisions_driver) = cache!(
+            ControllerRevision,
+            all().labels(LABEL_REVISION_OWNER),
+            |r: &ControllerRevision| controlled_by_kind::<StormService>(&r.metadata)
+        );
+        let (services, services_driver) = cache!(
+            Service,
+            all().labels(LABEL_STORM_SERVICE_NAME),
+            |s: &Service| controlled_by_kind::<StormService>(&s.metadata)
+        );
         let caches = Self {
-            pods: cache!(CachedPod, all(), |p: &CachedPod| {
-                controlled_by_kind::<RoleSet>(&p.metadata)
-                    || controlled_by_kind::<PodSet>(&p.metadata)
-            }),
-            podsets: cache!(PodSet, all(), |_: &PodSet| true),
-            rolesets: cache!(RoleSet, all(), |_: &RoleSet| true),
-            stormservices: cache!(StormService, all(), |_: &StormService| true),
-            revisions: cache!(
-                ControllerRevision,
-                all().labels(LABEL_REVISION_OWNER),
-                |r: &ControllerRevision| controlled_by_kind::<StormService>(&r.metadata)
-            ),
-            services: cache!(
-                Service,
-                all().labels(LABEL_STORM_SERVICE_NAME),
-                |s: &Service| controlled_by_kind::<StormService>(&s.metadata)
-            ),
+            pods,
+            podsets,
+            rolesets,
+            stormservices,
+            revisions,
+            services,
             podgroups: Arc::default(),
         };
-        drivers.push(Box::pin(caches.podgroups.clone().run(
-            podgroup_crds,
-            client.clone(),
-            namespace.map(String::from),
-            metrics.clone(),
-        )));
+        let drivers = Drivers {
+            pods: pods_driver,
+            podsets: podsets_driver,
+            rolesets: rolesets_driver.sharing(super::share_roleset_templates),
+            stormservices: stormservices_driver.sharing(super::share_stormservice_templates),
+            revisions: revisions_driver,
+            services: services_driver,
+        };
         (Arc::new(caches), drivers)
     }
 

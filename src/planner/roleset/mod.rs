@@ -220,7 +220,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
                     hash: template_hash(&template),
                     pairing_key: stable_pairing_key(roleset, &revision, &role.name),
                     role: RoleSpec {
-                        template: Some(template),
+                        template: Some(template.into()),
                         ..(*role).clone()
                     },
                 }),
