@@ -48,7 +48,7 @@ pub struct RoleSetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[schemars(length(max = super::limits::MAX_ROLES))]
-    pub roles: Option<Vec<RoleSpec>>,
+    pub roles: Option<Shared<Vec<RoleSpec>>>,
     /// How roles are rolled relative to each other: `Sequential` (one role at a time, in
     /// `upgradeOrder`), `Parallel` or `Interleave`. Absent means `Sequential`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -325,7 +325,7 @@ mod tests {
         RoleSetTemplateSpec {
             metadata: None,
             spec: Some(RoleSetSpec {
-                roles: Some(vec![role]),
+                roles: Some(vec![role].into()),
                 ..RoleSetSpec::default()
             }),
         }

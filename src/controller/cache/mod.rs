@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::bounded_status::CheckedStatus;
-use crate::api::shared::Interner;
+use crate::api::shared::{Interner, Shared};
 use crate::api::{RoleSet, RoleSpec, StormService, controller_uid};
 use crate::metrics::Metrics;
 use decoded::Decoded;
@@ -70,29 +70,35 @@ pub type Share<K> = fn(&mut K);
 static POD_TEMPLATES: std::sync::LazyLock<Interner<PodTemplateSpec>> =
     std::sync::LazyLock::new(Interner::default);
 
-/// Points every role's template at the one copy of its content.
-fn share_role_templates(roles: Option<&mut Vec<RoleSpec>>) {
-    for role in roles.into_iter().flatten() {
+/// The role lists of the same: every RoleSet of a revision carries its StormService's.
+static ROLE_LISTS: std::sync::LazyLock<Interner<Vec<RoleSpec>>> =
+    std::sync::LazyLock::new(Interner::default);
+
+/// Points a spec's role list, and each role's pod template within it, at the one copy of
+/// its content. Templates first: role lists that differ (a pooled canary's partitions) still
+/// share their templates.
+fn share_roles(roles: &mut Option<Shared<Vec<RoleSpec>>>) {
+    let Some(mut list) = roles.take() else {
+        return;
+    };
+    for role in &mut list {
         if let Some(template) = role.template.take() {
             role.template = Some(POD_TEMPLATES.share(template));
         }
     }
+    *roles = Some(ROLE_LISTS.share(list));
 }
 
-/// A RoleSet's pod templates, shared.
+/// A RoleSet's roles and pod templates, shared.
 pub fn share_roleset_templates(roleset: &mut RoleSet) {
-    share_role_templates(roleset.spec.roles.as_mut());
+    share_roles(&mut roleset.spec.roles);
 }
 
-/// A StormService's pod templates, shared.
+/// A StormService's roles and pod templates, shared.
 pub fn share_stormservice_templates(service: &mut StormService) {
-    let roles = service
-        .spec
-        .template
-        .spec
-        .as_mut()
-        .and_then(|s| s.roles.as_mut());
-    share_role_templates(roles);
+    if let Some(spec) = service.spec.template.spec.as_mut() {
+        share_roles(&mut spec.roles);
+    }
 }
 
 /// One kind's cache: the objects, by key and by controlling owner.
@@ -572,7 +578,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::shared::Shared;
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube::ResourceExt;
@@ -727,6 +732,9 @@ mod tests {
             Shared::same(&template("a"), &template("b")),
             "one copy for both"
         );
+        let roles = |name: &str| cache.get("ns", name).unwrap().spec.roles.clone().unwrap();
+        assert!(Shared::same(&roles("a"), &roles("b")), "one role list too");
+        assert!(!Shared::same(&roles("a"), &roles("c")));
         assert!(!Shared::same(&template("a"), &template("c")));
         // An update decodes a copy of its own; stored, it points at the one copy again.
         driver
