@@ -15,6 +15,7 @@ pub mod limits;
 pub mod pod;
 pub mod podgroup;
 pub mod podset;
+pub mod revision;
 pub mod roleset;
 pub mod schema;
 pub mod shared;

@@ -808,7 +808,7 @@ async fn stable_revision(
 ) -> Result<Result<Arc<ControllerRevision>, String>, Error> {
     let namespace = roleset.namespace().unwrap_or_default();
     if let Some(cached) = ctx.caches.revisions.get(&namespace, name) {
-        return Ok(Ok(cached));
+        return Ok(Ok(Arc::new(cached.to_revision())));
     }
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &namespace);
     Ok(api

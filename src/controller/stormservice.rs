@@ -493,10 +493,11 @@ async fn announce_cut_over(
 /// else a new revision is written.
 async fn sync_revisions(service: &StormService, ctx: &Context) -> Result<Revisions, Error> {
     let writes = Writes::<ControllerRevision>::beside(ctx, service);
-    // Copied out of the cache: the history is bounded by `revisionHistoryLimit`.
+    // Decoded out of the cache (it keeps their data as text): the history is bounded by
+    // `revisionHistoryLimit`.
     let mut history: Vec<ControllerRevision> = owned_children(&ctx.caches.revisions, service)
-        .into_iter()
-        .map(Arc::unwrap_or_clone)
+        .iter()
+        .map(|cached| cached.to_revision())
         .collect();
     sort_history(&mut history);
     let status = service.status.clone().unwrap_or_default();

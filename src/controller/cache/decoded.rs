@@ -405,6 +405,56 @@ mod tests {
         }
     }
 
+    /// Any JSON value, strings and keys drawn from JSON's own punctuation.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            "[a-z\"\\\\{}\\[\\],: ]{0,8}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-zF\"{}:]{0,6}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Wherever `managedFields` stands among the metadata's members, whatever the
+        /// members and the rest hold, the cut text reads as the object without it.
+        #[test]
+        fn the_cut_text_reads_as_the_object_without_its_managed_fields(
+            members in proptest::collection::vec(("[a-zF\"{}:]{0,6}", any_json()), 0..5),
+            at in 0usize..6,
+            managed in any_json(),
+            rest in any_json(),
+            space in proptest::bool::ANY,
+        ) {
+            let separator = if space { " , " } else { "," };
+            let mut texts: Vec<String> = members
+                .iter()
+                .filter(|(key, _)| key != "managedFields")
+                .map(|(key, value)| format!("{}:{value}", serde_json::to_string(key).unwrap()))
+                .collect();
+            let at = at.min(texts.len());
+            texts.insert(at, format!("\"managedFields\" : {managed}"));
+            let json = format!(
+                "{{\"kind\":{rest},\"metadata\":{{{}}}}}",
+                texts.join(separator)
+            );
+            let mut expected: serde_json::Value = serde_json::from_str(&json).unwrap();
+            expected["metadata"].as_object_mut().unwrap().remove("managedFields");
+            let cut = without_managed_fields(&json);
+            let read: serde_json::Value = serde_json::from_str(&cut)
+                .unwrap_or_else(|e| panic!("{e}: {cut}"));
+            proptest::prop_assert_eq!(read, expected);
+        }
+    }
+
     #[test]
     fn an_object_decodes_the_same_with_its_managed_fields_cut() {
         let json = serde_json::json!({

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::api::Api;
@@ -16,6 +15,7 @@ use super::{Cache, DecodeWarning, Driver, controlled_by_kind, decoded};
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::pod::CachedPod;
 use crate::api::podgroup::PodGroupCrds;
+use crate::api::revision::CachedRevision;
 use crate::api::{PodSet, RoleSet, StormService};
 use crate::controller::events::publish_event;
 use crate::metrics::Metrics;
@@ -33,7 +33,7 @@ pub struct Caches {
     /// Every StormService.
     pub stormservices: Arc<Cache<StormService>>,
     /// ControllerRevisions controlled by a StormService.
-    pub revisions: Arc<Cache<ControllerRevision>>,
+    pub revisions: Arc<Cache<CachedRevision>>,
     /// Headless Services controlled by a StormService.
     pub services: Arc<Cache<Service>>,
     /// The gang schedulers' PodGroups, each cache started once its CRD is found.
@@ -52,7 +52,7 @@ pub struct Drivers {
     /// Fills [`Caches::stormservices`].
     pub stormservices: Driver<StormService>,
     /// Fills [`Caches::revisions`].
-    pub revisions: Driver<ControllerRevision>,
+    pub revisions: Driver<CachedRevision>,
     /// Fills [`Caches::services`].
     pub services: Driver<Service>,
 }
@@ -124,9 +124,9 @@ impl Caches {
         let (stormservices, stormservices_driver) =
             cache!(StormService, all(), |_: &StormService| true);
         let (revisions, revisions_driver) = cache!(
-            ControllerRevision,
+            CachedRevision,
             all().labels(LABEL_REVISION_OWNER),
-            |r: &ControllerRevision| controlled_by_kind::<StormService>(&r.metadata)
+            |r: &CachedRevision| controlled_by_kind::<StormService>(&r.metadata)
         );
         let (services, services_driver) = cache!(
             Service,
