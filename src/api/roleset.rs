@@ -9,11 +9,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::budget::{Fenceposts, fenceposts};
+use super::cached::shared::Shared;
 use super::common::{
     Condition, DisruptionTolerance, RoleStatus, SchedulingStrategy, TopologyPolicy,
 };
 use super::defaults::{DEFAULT_POD_GROUP_SIZE, DEFAULT_REPLICAS, DEFAULT_UPGRADE_ORDER};
-use super::shared::Shared;
 
 /// The roles of one inference-service replica and how they are updated.
 // kube's `printcolumn(...)` arguments repeat keys such as `type_` by design.

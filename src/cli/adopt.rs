@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
+use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
-use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet, StormService, controlled_by};
 use crate::planner::roleset::adoption::{CutOverPlan, predict};
 

@@ -30,13 +30,13 @@ use super::podgroups;
 use super::wall_clock;
 use crate::admission::validation::validate_roleset;
 use crate::api::RoleSpec;
+use crate::api::cached::pod::CachedPod;
 use crate::api::drain::{Drain, DrainQuery};
 use crate::api::keys::{
     ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_POLICY, ANNOTATION_DRAIN_STARTED,
     ANNOTATION_IN_PLACE_PENDING_REASON, CONDITION_IN_PLACE_READY, CONDITION_PAIRING_SERVABLE,
     FINALIZER_ROLESET, LABEL_ROLE_NAME, LABEL_ROLE_TEMPLATE_HASH, LABEL_ROLESET_NAME,
 };
-use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet};
 use crate::controller::analysis::InFlightAsk;
 use crate::planner::availability::Availability;

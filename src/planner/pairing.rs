@@ -11,9 +11,9 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::serving::{Gangs, gate, up};
+use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_NAME};
 use crate::api::limits::MAX_PAIRING_KEYS_REPORTED;
-use crate::api::pod::CachedPod;
 use crate::api::{PairedRoleStatus, PairingGroup, PairingKeyStatus, PodSet, RoleSpec};
 
 /// The pairing groups as indexes into `roles` (spec order), each role once; roles a group

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::render::{SAFE_ALPHABET, canonical_json};
 use crate::api::RoleSetTemplateSpec;
-use crate::api::shared::Shared;
+use crate::api::cached::shared::Shared;
 
 /// Length of the hash suffix of a revision name.
 const HASH_LEN: usize = 6;

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use crate::api::PodSet;
+use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     ANNOTATION_IN_PLACE_TARGET_HASH, CONDITION_PAIRING_SERVABLE, LABEL_PODSET_NAME,
 };
-use crate::api::pod::CachedPod;
 use crate::planner::status::Reason;
 
 /// A pod's serving condition, as written when the cache does not show it yet; None while

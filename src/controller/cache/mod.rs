@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::bounded_status::CheckedStatus;
-use crate::api::shared::{Interner, Shared};
+use crate::api::cached::shared::{Interner, Shared};
 use crate::api::{RoleSet, RoleSpec, StormService, controller_uid};
 use crate::metrics::Metrics;
 use decoded::Decoded;
@@ -63,7 +63,7 @@ pub struct DecodeWarning {
 pub type Keep<K> = fn(&K) -> bool;
 
 /// Points what an object holds in common with others at one shared copy
-/// ([`crate::api::shared`]), before it is stored.
+/// ([`crate::api::cached::shared`]), before it is stored.
 pub type Share<K> = fn(&mut K);
 
 /// The pod templates the RoleSets and StormServices of every cache hold: one copy of each.

@@ -12,10 +12,10 @@ use tokio::sync::watch;
 
 use super::podgroups;
 use super::{Cache, DecodeWarning, Driver, controlled_by_kind, decoded};
+use crate::api::cached::pod::CachedPod;
+use crate::api::cached::revision::CachedRevision;
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
-use crate::api::pod::CachedPod;
 use crate::api::podgroup::PodGroupCrds;
-use crate::api::revision::CachedRevision;
 use crate::api::{PodSet, RoleSet, StormService};
 use crate::controller::events::publish_event;
 use crate::metrics::Metrics;

@@ -13,10 +13,10 @@ use kube::{Resource, ResourceExt};
 use super::context::Context;
 use super::error::{Error, refusal};
 use super::expectations::cache_settles;
+use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME,
 };
-use crate::api::pod::CachedPod;
 use crate::api::{PodSet, RoleSet, controlled_by};
 use crate::controller::cache::Cache;
 

@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 use super::children::{RoleChildren, desired_pod, of_role, role_children};
 use super::in_place::adoptable;
+use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     LABEL_PAIRING_KEY, LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME,
     LABEL_STORM_SERVICE_REVISION,
 };
-use crate::api::pod::CachedPod;
 use crate::api::{
     PodSet, RoleSet, RoleSetTemplateSpec, RoleSpec, StormService, StormServiceUpdateStrategyType,
     controlled_by,

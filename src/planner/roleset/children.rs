@@ -12,12 +12,12 @@ use super::in_place::pending_reason;
 use super::roles::{Draining, PodView};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH,
     CONDITION_PAIRING_SERVABLE, CONDITION_READY, LABEL_ROLE_NAME, LABEL_ROLE_REPLICA_INDEX,
     LABEL_ROLE_TEMPLATE_HASH,
 };
-use crate::api::pod::CachedPod;
 use crate::api::{PodSet, PodSetPhase, RoleSet, RoleSpec};
 use crate::planner::availability::Availability;
 use crate::planner::render::{stateful_pod, stateless_pod};

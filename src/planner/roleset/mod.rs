@@ -23,7 +23,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
-use crate::api::pod::CachedPod;
+use crate::api::cached::pod::CachedPod;
 use kube::ResourceExt;
 use serde_json::Value;
 

@@ -1,0 +1,7 @@
+//! The forms the controllers' caches keep objects in: lean where a full decode costs many
+//! times its JSON (a pod, a revision's data), and shared where thousands of objects carry
+//! the same value (a revision's pod templates).
+
+pub mod pod;
+pub mod revision;
+pub mod shared;
