@@ -23,7 +23,9 @@
 //!
 //! Run with `make bench` (or `cargo bench --bench cache`); writes `target/bench/cache.md`.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -43,6 +45,38 @@ const ROLES: [&str; 2] = ["prefill", "decode"];
 const PODS_PER_ROLE: usize = 2;
 /// Objects per list page: the watcher's default (`watcher::Config::page_size`).
 const PAGE: usize = 500;
+
+/// The system allocator, counting the bytes live on the heap: where RSS goes, kind by kind.
+struct Counting;
+
+static HEAP: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; only a count is kept.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        HEAP.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        HEAP.fetch_add(new_size.wrapping_sub(layout.size()), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes live on the heap.
+fn heap() -> usize {
+    HEAP.load(Ordering::Relaxed)
+}
 
 /// The sample's own names and identifiers, replaced in every generated object.
 const SAMPLE_SERVICE: &str = "bench-000";
@@ -401,25 +435,36 @@ fn measure(pods: usize) {
     let (idle, _) = rss();
     let mut fed = Fed::default();
 
-    // The first lists.
+    // The first lists, with the heap each kind's objects hold once listed (bytes per object).
+    let held = |before: usize, count: usize| heap().saturating_sub(before) / count.max(1);
+    let before = heap();
     fed.list(&runtime, &mut drivers.stormservices, services, |s| {
         fleet.stormservice(s, Rev::Old)
     });
+    let per_stormservice = held(before, services);
+    let before = heap();
     fed.list(&runtime, &mut drivers.services, services, |s| {
         fleet.headless(s)
     });
+    let per_service = held(before, services);
+    let before = heap();
     fed.list(&runtime, &mut drivers.revisions, services, |s| {
         fleet.revision(s, Rev::Old)
     });
+    let per_revision = held(before, services);
+    let before = heap();
     fed.list(&runtime, &mut drivers.rolesets, services * REPLICAS, |n| {
         fleet.roleset(n / REPLICAS, n % REPLICAS, Rev::Old)
     });
+    let per_roleset = held(before, services * REPLICAS);
     let all_pods: Vec<PodAt> = (0..services)
         .flat_map(|s| (0..REPLICAS).flat_map(move |r| every_pod(s, r, Rev::Old)))
         .collect();
+    let before = heap();
     fed.list(&runtime, &mut drivers.pods, all_pods.len(), |n| {
         fleet.pod(all_pods[n])
     });
+    let per_pod = held(before, all_pods.len());
     runtime.block_on(tokio::task::yield_now());
     let (listed, _) = rss();
 
@@ -472,6 +517,8 @@ fn measure(pods: usize) {
             "idle_kib": idle, "listed_kib": listed.saturating_sub(idle),
             "settled_kib": settled.saturating_sub(idle), "peak_kib": peak.saturating_sub(idle),
             "events": fed.events, "cpu_ns_per_event": fed.cpu.as_nanos() as u64 / fed.events.max(1),
+            "heap_bytes_per": {"pod": per_pod, "roleset": per_roleset,
+                "stormservice": per_stormservice, "revision": per_revision, "service": per_service},
         })
     );
 }

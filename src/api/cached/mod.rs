@@ -1,7 +1,8 @@
 //! The forms the controllers' caches keep objects in: lean where a full decode costs many
 //! times its JSON (a pod, a revision's data), and shared where thousands of objects carry
-//! the same value (a revision's pod templates).
+//! the same value (a revision's pod templates), or nearly (a role's pods' specs).
 
+pub mod packed;
 pub mod pod;
 pub mod revision;
 pub mod shared;

@@ -2,9 +2,10 @@
 //! its JSON (most of it the spec's fixed-size structs: a `Container` reserves room for every
 //! probe, lifecycle hook and security field it may have), and a fleet's pods are most of
 //! what the operator holds. Decisions read a pod's metadata and a few status fields on every
-//! pass, and its spec only for in-place updates and topology warnings: so the metadata is
-//! decoded, the status is projected to what is read, and the spec is kept as the API
-//! server's JSON, decoded where it is needed.
+//! pass, and its spec only for in-place updates, adoptions and topology warnings: so the
+//! metadata is decoded, the status is projected to what is read, and the spec is kept as
+//! the API server's JSON (packed against a sibling's by the cache: [`super::packed`]),
+//! decoded where it is needed.
 
 use std::borrow::Cow;
 
@@ -13,7 +14,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+
+use super::packed::PackedJson;
 
 /// A cached pod: metadata, the status fields decisions read, and the spec as JSON.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -23,7 +25,7 @@ pub struct CachedPod {
     pub metadata: ObjectMeta,
     /// The spec's JSON, undecoded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec: Option<Box<RawValue>>,
+    pub spec: Option<PackedJson>,
     /// What decisions read of the status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<CachedPodStatus>,
@@ -116,9 +118,8 @@ impl CachedPod {
     /// only on a spec that is not a pod spec (the API server sent it; it is one).
     pub fn to_pod(&self) -> Result<Pod, serde_json::Error> {
         let spec = self
-            .spec
-            .as_deref()
-            .map(|raw| serde_json::from_str::<PodSpec>(raw.get()))
+            .spec_text()
+            .map(|text| serde_json::from_str::<PodSpec>(&text))
             .transpose()?;
         Ok(Pod {
             spec,
@@ -167,8 +168,14 @@ impl CachedPod {
         struct Only {
             affinity: Option<Affinity>,
         }
-        let raw = self.spec.as_deref()?;
-        serde_json::from_str::<Only>(raw.get()).ok()?.affinity
+        serde_json::from_str::<Only>(&self.spec_text()?)
+            .ok()?
+            .affinity
+    }
+
+    /// The spec's JSON text.
+    pub fn spec_text(&self) -> Option<Cow<'_, str>> {
+        self.spec.as_ref()?.text()
     }
 
     /// The pod's phase.
@@ -229,9 +236,8 @@ impl CachedPod {
             #[serde(default)]
             readiness_gates: Option<Vec<Gate>>,
         }
-        self.spec
-            .as_deref()
-            .and_then(|raw| serde_json::from_str::<Only>(raw.get()).ok())
+        self.spec_text()
+            .and_then(|text| serde_json::from_str::<Only>(&text).ok())
             .and_then(|only| only.readiness_gates)
             .is_some_and(|gates| gates.iter().any(|g| g.condition_type == condition_type))
     }

@@ -2,7 +2,8 @@
 //! template, and decoded into a JSON tree (`RawExtension`'s `serde_json::Value`) a kilobyte
 //! of it takes ten: a map of three keys allocates room for eleven. Every StormService keeps
 //! up to `revisionHistoryLimit` of them, so the cache keeps the data as the API server's
-//! JSON text and a reconcile decodes the few revisions it reads ([`CachedRevision::to_revision`]).
+//! JSON text (packed: [`super::packed`]) and a reconcile decodes the few revisions it reads
+//! ([`CachedRevision::to_revision`]).
 
 use std::borrow::Cow;
 
@@ -10,7 +11,8 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+
+use super::packed::PackedJson;
 
 /// A cached ControllerRevision: metadata, number, and the data as JSON text.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -21,9 +23,9 @@ pub struct CachedRevision {
     /// The revision's number.
     #[serde(default)]
     pub revision: i64,
-    /// The data's JSON, undecoded.
+    /// The data's JSON, undecoded (packed against a sibling's by the cache).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<Box<RawValue>>,
+    pub data: Option<PackedJson>,
 }
 
 impl kube::Resource for CachedRevision {
@@ -63,8 +65,9 @@ impl CachedRevision {
             revision: self.revision,
             data: self
                 .data
-                .as_deref()
-                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .as_ref()
+                .and_then(PackedJson::text)
+                .and_then(|text| serde_json::from_str(&text).ok())
                 .map(RawExtension),
         }
     }

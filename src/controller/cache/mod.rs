@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Service, ServiceSpec};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
@@ -34,7 +34,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::bounded_status::CheckedStatus;
+use crate::api::cached::packed::Dictionaries;
+use crate::api::cached::pod::CachedPod;
+use crate::api::cached::revision::CachedRevision;
 use crate::api::cached::shared::{Interner, Shared};
+use crate::api::keys::LABEL_ROLE_TEMPLATE_HASH;
 use crate::api::{RoleSet, RoleSpec, StormService, controller_uid};
 use crate::metrics::Metrics;
 use decoded::Decoded;
@@ -62,8 +66,9 @@ pub struct DecodeWarning {
 /// Which watched objects a cache keeps (the others are dropped as if deleted).
 pub type Keep<K> = fn(&K) -> bool;
 
-/// Points what an object holds in common with others at one shared copy
-/// ([`crate::api::cached::shared`]), before it is stored.
+/// Shapes an object before it is stored: points what it holds in common with others at one
+/// copy ([`crate::api::cached::shared`], [`crate::api::cached::packed`]), or drops what no
+/// decision reads of its kind.
 pub type Share<K> = fn(&mut K);
 
 /// The pod templates the RoleSets and StormServices of every cache hold: one copy of each.
@@ -73,6 +78,59 @@ static POD_TEMPLATES: std::sync::LazyLock<Interner<PodTemplateSpec>> =
 /// The role lists of the same: every RoleSet of a revision carries its StormService's.
 static ROLE_LISTS: std::sync::LazyLock<Interner<Vec<RoleSpec>>> =
     std::sync::LazyLock::new(Interner::default);
+
+/// The dictionaries pods' specs are packed against: one per namespace and role template.
+static POD_SPECS: std::sync::LazyLock<Dictionaries> =
+    std::sync::LazyLock::new(Dictionaries::default);
+
+/// A pod's spec, packed against its siblings' (the pods of its namespace with its role
+/// template hash, or of its owner when it has none): a kilobyte and a half becomes a few
+/// dozen bytes.
+pub fn share_pod_spec(pod: &mut CachedPod) {
+    let Some(spec) = pod.spec.take() else {
+        return;
+    };
+    let meta = &pod.metadata;
+    let siblings = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ROLE_TEMPLATE_HASH))
+        .map(String::as_str)
+        .or_else(|| controller_uid(meta))
+        .unwrap_or_default();
+    let key = format!(
+        "{}/{siblings}",
+        meta.namespace.as_deref().unwrap_or_default()
+    );
+    pod.spec = Some(POD_SPECS.pack(&key, spec));
+}
+
+/// The dictionaries revisions' data are packed against: one per namespace.
+static REVISION_DATA: std::sync::LazyLock<Dictionaries> =
+    std::sync::LazyLock::new(Dictionaries::default);
+
+/// A revision's data, packed against the first of its namespace's (the revisions of a
+/// namespace's StormServices hold templates that differ in a few fields).
+pub fn share_revision_data(revision: &mut CachedRevision) {
+    if let Some(data) = revision.data.take() {
+        let namespace = revision.metadata.namespace.as_deref().unwrap_or_default();
+        revision.data = Some(REVISION_DATA.pack(namespace, data));
+    }
+}
+
+/// A headless Service as far as its StormService's reconcile reads it (whether its
+/// selection drifted: `planner::render::headless_service_repair`): its metadata, selector and
+/// `publishNotReadyAddresses`. Ports, IPs and status are several times that, and unread.
+pub fn keep_service_selection(service: &mut Service) {
+    service.status = None;
+    if let Some(spec) = service.spec.take() {
+        service.spec = Some(ServiceSpec {
+            selector: spec.selector,
+            publish_not_ready_addresses: spec.publish_not_ready_addresses,
+            ..ServiceSpec::default()
+        });
+    }
+}
 
 /// Points a spec's role list, and each role's pod template within it, at the one copy of
 /// its content. Templates first: role lists that differ (a pooled canary's partitions) still
@@ -294,7 +352,7 @@ where
 
     fn index(index: &mut Index<K>, key: ObjectRef<K>, object: Arc<K>) {
         Self::unindex(index, &key);
-        let bytes = serde_json::to_vec(&*object).map_or(0, |b| b.len());
+        let bytes = json_len(&*object);
         let owner = controller_uid(object.meta()).map(str::to_string);
         if let Some(owner) = &owner {
             index
@@ -321,6 +379,34 @@ where
         self.metrics
             .cache_size(&K::plural(&()), index.entries.len(), index.bytes);
     }
+}
+
+/// The key an object is indexed by: its namespace and name. (`ObjectRef::from_obj` also
+/// copies its version and UID into the key, which no lookup compares: two strings per object
+/// the index would hold for nothing.)
+fn key_of<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<K> {
+    key_from(object.meta())
+}
+
+fn key_from<K: Resource<DynamicType = ()>>(meta: &kube::api::ObjectMeta) -> ObjectRef<K> {
+    ObjectRef::new(meta.name.as_deref().unwrap_or_default())
+        .within(meta.namespace.as_deref().unwrap_or_default())
+}
+
+/// The length of an object's JSON, counted as it is written, not kept.
+fn json_len(object: &impl Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, object).map_or(0, |()| count.0)
 }
 
 /// An object's resource version as a number (see [`Cache::seen_version`]).
@@ -367,8 +453,7 @@ where
         self
     }
 
-    /// The same driver, storing each object after `share` pointed what it holds in common
-    /// with others at one copy.
+    /// The same driver, storing each object as `share` shaped it.
     pub fn sharing(mut self, share: Share<K>) -> Self {
         self.share = Some(share);
         self
@@ -422,8 +507,7 @@ where
             watcher::Event::Delete(decoded) => (decoded, Step::Delete),
         };
         let meta = kube::Resource::meta(&decoded);
-        let key = ObjectRef::<K>::new(meta.name.as_deref().unwrap_or_default())
-            .within(meta.namespace.as_deref().unwrap_or_default());
+        let key: ObjectRef<K> = key_from(meta);
         let version = meta.resource_version.clone();
         let reported =
             |problems: &Problems<K>| problems.get(&key).is_some_and(|(seen, _)| *seen == version);
@@ -516,7 +600,7 @@ where
         seen = seen.max(index.seen_version);
         let changed = match event {
             watcher::Event::Apply(object) => {
-                let key = ObjectRef::from_obj(&object);
+                let key = key_of(&object);
                 match cache.reader.get(&key) {
                     Some(stored) => {
                         Cache::index(&mut index, key, stored.clone());
@@ -526,7 +610,7 @@ where
                 }
             }
             watcher::Event::Delete(object) => {
-                let key = ObjectRef::from_obj(&object);
+                let key = key_of(&object);
                 if !index.entries.contains_key(&key) {
                     index.seen_version = seen;
                     return Vec::new();
@@ -543,7 +627,7 @@ where
                 *index = Index::default();
                 index.seen_version = seen;
                 for object in &stored {
-                    let key = ObjectRef::from_obj(&**object);
+                    let key = key_of(&**object);
                     vanished.remove(&key);
                     Cache::index(&mut index, key, object.clone());
                 }
@@ -578,6 +662,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::cached::packed::PackedJson;
+    use crate::api::keys::LABEL_STORM_SERVICE_NAME;
     use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kube::ResourceExt;
@@ -741,6 +827,110 @@ mod tests {
             .feed(watcher::Event::Apply(roleset("b", "engine:1")))
             .await;
         assert!(Shared::same(&template("a"), &template("b")));
+    }
+
+    fn empty_cache<K>(share: Share<K>) -> (Arc<Cache<K>>, Driver<K>)
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+        K: CheckedStatus + Send + Sync + 'static,
+    {
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:1".parse().expect("a URL"),
+        ))
+        .expect("a client");
+        let (cache, driver) = Cache::<K>::new(
+            Api::all(client),
+            watcher::Config::default(),
+            |_| true,
+            Arc::new(Metrics::default()),
+        );
+        (cache, driver.sharing(share))
+    }
+
+    #[tokio::test]
+    async fn a_roles_pods_specs_are_packed_against_one_sibling_of_their_own_namespace() {
+        let (cache, mut driver) = empty_cache(share_pod_spec);
+        let pod = |namespace: &str, name: &str, node: &str| {
+            let json = serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace, "uid": name,
+                    "resourceVersion": "1", "labels": {LABEL_ROLE_TEMPLATE_HASH: "6cc4479f85"}},
+                "spec": {"nodeName": node, "containers": [{"name": "engine", "image": "engine:1",
+                    "volumeMounts": [{"name": format!("kube-api-access-{name}"),
+                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+                    "readinessGates": [{"conditionType": "InPlaceUpdateReady"}]},
+            });
+            (
+                serde_json::from_value::<Decoded<CachedPod>>(json.clone()).unwrap(),
+                serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json).unwrap(),
+            )
+        };
+        driver.feed(watcher::Event::Init).await;
+        let mut sent = Vec::new();
+        for (namespace, name, node) in [("a", "p1", "n1"), ("a", "p2", "n2"), ("b", "p3", "n1")] {
+            let (decoded, whole) = pod(namespace, name, node);
+            driver.feed(watcher::Event::InitApply(decoded)).await;
+            sent.push((namespace, name, whole));
+        }
+        driver.feed(watcher::Event::InitDone).await;
+        for (namespace, name, whole) in &sent {
+            let cached = cache.get(namespace, name).expect("cached");
+            assert_eq!(
+                cached.to_pod().unwrap().spec,
+                whole.spec,
+                "{name} reads back whole"
+            );
+            assert!(cached.has_readiness_gate("InPlaceUpdateReady"));
+        }
+        let spec =
+            |namespace: &str, name: &str| cache.get(namespace, name).unwrap().spec.clone().unwrap();
+        assert!(
+            PackedJson::same_dictionary(&spec("a", "p1"), &spec("a", "p2")),
+            "siblings share one"
+        );
+        assert!(
+            !PackedJson::same_dictionary(&spec("a", "p1"), &spec("b", "p3")),
+            "never another namespace's"
+        );
+        let plain = serde_json::to_string(&sent[1].2.spec).unwrap().len();
+        assert!(
+            spec("a", "p2").own_bytes() * 3 < plain,
+            "{} of {plain}",
+            spec("a", "p2").own_bytes()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cached_headless_service_keeps_what_its_repair_reads() {
+        let (cache, mut driver) = empty_cache(keep_service_selection);
+        let service = |selector: &str| {
+            serde_json::from_value::<Decoded<Service>>(serde_json::json!({
+                "metadata": {"name": "llm", "namespace": "ns", "uid": "s", "resourceVersion": "1",
+                    "labels": {LABEL_STORM_SERVICE_NAME: "llm"}},
+                "spec": {"clusterIP": "None", "ports": [{"port": 8000}], "type": "ClusterIP",
+                    "selector": {LABEL_STORM_SERVICE_NAME: selector}, "publishNotReadyAddresses": true},
+                "status": {"loadBalancer": {}},
+            }))
+            .unwrap()
+        };
+        driver.feed(watcher::Event::Init).await;
+        driver.feed(watcher::Event::InitApply(service("llm"))).await;
+        driver.feed(watcher::Event::InitDone).await;
+        let cached = cache.get("ns", "llm").unwrap();
+        let spec = cached.spec.as_ref().unwrap();
+        assert_eq!(
+            (spec.ports.as_ref(), spec.cluster_ip.as_ref()),
+            (None, None)
+        );
+        assert_eq!(
+            crate::planner::render::headless_service_repair(&cached, "llm"),
+            None
+        );
+        driver.feed(watcher::Event::Apply(service("other"))).await;
+        let drifted = cache.get("ns", "llm").unwrap();
+        assert!(
+            crate::planner::render::headless_service_repair(&drifted, "llm").is_some(),
+            "a drifted selector is still seen"
+        );
     }
 
     #[tokio::test]

@@ -143,12 +143,12 @@ impl Caches {
             podgroups: Arc::default(),
         };
         let drivers = Drivers {
-            pods: pods_driver,
+            pods: pods_driver.sharing(super::share_pod_spec),
             podsets: podsets_driver,
             rolesets: rolesets_driver.sharing(super::share_roleset_templates),
             stormservices: stormservices_driver.sharing(super::share_stormservice_templates),
-            revisions: revisions_driver,
-            services: services_driver,
+            revisions: revisions_driver.sharing(super::share_revision_data),
+            services: services_driver.sharing(super::keep_service_selection),
         };
         (Arc::new(caches), drivers)
     }

@@ -67,7 +67,7 @@ pub fn adopt(
         let Some(cached) = by_name.get(view.name.as_str()) else {
             continue;
         };
-        let raw = cached.spec.as_deref().map_or("", |s| s.get());
+        let raw = cached.spec_text().unwrap_or_default();
         if !images.iter().all(|image| raw.contains(image.as_str())) {
             continue;
         }
