@@ -37,7 +37,7 @@ pub struct CachedPod {
 pub struct CachedPodStatus {
     /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Word>,
     /// Conditions, by type and status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<CachedCondition>>,
@@ -51,9 +51,9 @@ pub struct CachedPodStatus {
 pub struct CachedCondition {
     /// `Ready`, `PodScheduled`, ...
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: Word,
     /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub status: Word,
     /// When the status last changed (Ready's starts the `minReadySeconds` clock).
     #[serde(
         default,
@@ -61,6 +61,82 @@ pub struct CachedCondition {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_transition_time: Option<Time>,
+}
+
+/// A word of a pod's status: one of the few every pod repeats (a phase, a condition's type
+/// or status) held as a constant, anything else as its own text. Ten of them per pod would
+/// otherwise be ten small allocations, the same in every pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// A word the Kubernetes API or squall defines.
+    Known(&'static str),
+    /// Any other.
+    Other(Box<str>),
+}
+
+/// The words pods repeat: phases, condition types and condition statuses.
+const KNOWN_WORDS: [&str; 14] = [
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Unknown",
+    "True",
+    "False",
+    "Ready",
+    "ContainersReady",
+    "Initialized",
+    "PodScheduled",
+    "PodReadyToStartContainers",
+    crate::api::keys::CONDITION_IN_PLACE_READY,
+    crate::api::keys::CONDITION_PAIRING_SERVABLE,
+];
+
+impl Word {
+    /// The word's text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Word::Known(word) => word,
+            Word::Other(word) => word,
+        }
+    }
+}
+
+impl Default for Word {
+    fn default() -> Self {
+        Word::Known("")
+    }
+}
+
+impl From<&str> for Word {
+    fn from(word: &str) -> Self {
+        KNOWN_WORDS
+            .iter()
+            .find(|known| **known == word)
+            .map_or_else(|| Word::Other(word.into()), |known| Word::Known(known))
+    }
+}
+
+impl Serialize for Word {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Word {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Word;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Word, E> {
+                Ok(Word::from(word))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
 }
 
 /// What decisions read of a container's status.
@@ -131,12 +207,12 @@ impl CachedPod {
     /// in-place update's progress read nothing else).
     pub fn without_spec(&self) -> Pod {
         let status = self.status.as_ref().map(|s| PodStatus {
-            phase: s.phase.clone(),
+            phase: s.phase.as_ref().map(|p| p.as_str().to_string()),
             conditions: s.conditions.as_ref().map(|c| {
                 c.iter()
                     .map(|c| PodCondition {
-                        type_: c.type_.clone(),
-                        status: c.status.clone(),
+                        type_: c.type_.as_str().to_string(),
+                        status: c.status.as_str().to_string(),
                         last_transition_time: c.last_transition_time.clone(),
                         ..PodCondition::default()
                     })
@@ -180,7 +256,7 @@ impl CachedPod {
 
     /// The pod's phase.
     pub fn phase(&self) -> Option<&str> {
-        self.status.as_ref()?.phase.as_deref()
+        self.status.as_ref()?.phase.as_ref().map(Word::as_str)
     }
 
     /// Whether its Ready condition is True.
@@ -188,7 +264,10 @@ impl CachedPod {
         self.status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_.as_str() == "Ready" && c.status.as_str() == "True")
+            })
     }
 
     /// Since when (Unix seconds) its Ready condition has been True; `None` when it is not
@@ -205,7 +284,7 @@ impl CachedPod {
             .conditions
             .as_ref()?
             .iter()
-            .find(|c| c.type_ == type_ && c.status == status)?
+            .find(|c| c.type_.as_str() == type_ && c.status.as_str() == status)?
             .last_transition_time
             .as_ref()
             .map(|t| t.0.as_second())
@@ -218,7 +297,7 @@ impl CachedPod {
             .conditions
             .as_ref()?
             .iter()
-            .find(|c| c.type_ == type_)
+            .find(|c| c.type_.as_str() == type_)
             .map(|c| c.status.as_str())
     }
 
@@ -318,6 +397,24 @@ mod tests {
             full.len()
         );
         assert!(!cached.contains("startedAt") && !cached.contains("hostIP"));
+    }
+
+    #[test]
+    fn status_words_read_and_write_as_their_text() {
+        let words = ["Running", "True", "Ready", "SomethingNew", ""];
+        for word in words {
+            let read: Word = serde_json::from_str(&serde_json::to_string(word).unwrap()).unwrap();
+            assert_eq!(read.as_str(), word);
+            assert_eq!(
+                serde_json::to_string(&read).unwrap(),
+                serde_json::to_string(word).unwrap()
+            );
+        }
+        assert!(
+            matches!(Word::from("Running"), Word::Known(_)),
+            "a repeated word is a constant"
+        );
+        assert!(matches!(Word::from("SomethingNew"), Word::Other(_)));
     }
 
     #[test]
