@@ -19,7 +19,9 @@
 //! events each), then the old RoleSet's pods and the RoleSet marked deleted and deleted — so
 //! old and new pods of a replica are in the caches together, as in the real roll. Reported:
 //! RSS over idle after the list; the peak RSS over idle (the kernel's high-water mark,
-//! transient peaks included) and that per pod; this thread's CPU time per event fed.
+//! transient peaks included) and that per pod; this thread's CPU time per event fed; and the
+//! heap each kind's objects hold once listed, per object (a counting allocator: bytes asked
+//! for, without the allocator's own overhead), which says where the RSS goes.
 //!
 //! Run with `make bench` (or `cargo bench --bench cache`); writes `target/bench/cache.md`.
 
@@ -553,13 +555,13 @@ fn main() {
     let mib = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0) / 1024.0;
     let mut table = String::from(
         "Cache scale (`benches/cache.rs`: the caches' real ingestion fed a generated fleet shaped like the controller bench's, objects from a LIST of that run; one process per fleet; RSS over the process's idle RSS; the peak is the kernel's high-water mark during the first list and a rollout of every StormService, old and new pods of a replica cached together):\n\n\
-         | pods | RoleSets / StormServices | RSS after the list | peak RSS | peak per pod | CPU per event |\n\
-         |---|---|---|---|---|---|\n",
+         | pods | RoleSets / StormServices | RSS after the list | peak RSS | peak per pod | CPU per event | heap per object listed: pod / RoleSet / StormService / revision / Service |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for row in &rows {
         let pods = row["pods"].as_f64().unwrap_or(1.0);
         table.push_str(&format!(
-            "| {} | {} / {} | {:.1} MiB | {:.1} MiB | {:.2} KiB | {:.1} µs |\n",
+            "| {} | {} / {} | {:.1} MiB | {:.1} MiB | {:.2} KiB | {:.1} µs | {} / {} / {} / {} / {} bytes |\n",
             row["pods"],
             row["rolesets"],
             row["services"],
@@ -567,6 +569,11 @@ fn main() {
             mib(&row["peak_kib"]),
             row["peak_kib"].as_f64().unwrap_or(0.0) / pods,
             row["cpu_ns_per_event"].as_f64().unwrap_or(0.0) / 1000.0,
+            row["heap_bytes_per"]["pod"],
+            row["heap_bytes_per"]["roleset"],
+            row["heap_bytes_per"]["stormservice"],
+            row["heap_bytes_per"]["revision"],
+            row["heap_bytes_per"]["service"],
         ));
     }
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
