@@ -66,7 +66,7 @@ pub struct CachedCondition {
 /// A word of a pod's status: one of the few every pod repeats (a phase, a condition's type
 /// or status) held as a constant, anything else as its own text. Ten of them per pod would
 /// otherwise be ten small allocations, the same in every pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Word {
     /// A word the Kubernetes API or squall defines.
     Known(&'static str),
@@ -101,6 +101,15 @@ impl Word {
         }
     }
 }
+
+/// Words are equal by their text, however they are held.
+impl PartialEq for Word {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Word {}
 
 impl Default for Word {
     fn default() -> Self {
@@ -415,6 +424,11 @@ mod tests {
             "a repeated word is a constant"
         );
         assert!(matches!(Word::from("SomethingNew"), Word::Other(_)));
+        assert_eq!(
+            Word::Other("Ready".into()),
+            Word::from("Ready"),
+            "equal by text"
+        );
     }
 
     #[test]
