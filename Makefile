@@ -1,11 +1,14 @@
 # The two set-up commands of a fresh machine are `make run` and `make test` (README.md).
-.PHONY: run test tools crds manifests cluster-up cluster-down lint fuzz bench soak audit
+.PHONY: run test image tools crds manifests cluster-up cluster-down lint fuzz bench soak audit
 
 run:            ## local control plane, CRDs, samples checked, then the operator in the foreground
 	hack/run.sh
 
 test:           ## fmt, clippy, unit tests, then the e2e suite on the local control plane
 	hack/test.sh
+
+image:          ## the container image (Dockerfile) with podman, on local stand-ins of its bases: localhost/squall:dev
+	hack/image.sh
 
 tools:          ## build the control-plane binaries and helm into ~/.cache/squall
 	hack/build-tools.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make test`: format and lint checks, unit tests, then the e2e suite against the local
-# control plane (built and started here, stopped afterwards even on failure), then the
-# loopback guard. Prints a per-phase timing table and a closing "N passed, M failed" line.
+# `make test`: format and lint checks, unit tests, the container image, then the e2e suite
+# against the local control plane (built and started here, stopped afterwards even on
+# failure), then the loopback guard. Prints a per-phase timing table and a closing
+# "N passed, M failed" line.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,6 +57,8 @@ phase "rust build (tests)" cargo test --workspace --locked --no-run
 phase "unit and conformance tests" cargo test --workspace --locked
 phase "fuzz smoke (review handler and condition parser, 30 s each)" env FUZZ_SECONDS=30 FUZZ_PROFILE=dev hack/fuzz.sh
 phase "tools build (hack/build-tools.sh)" hack/build-tools.sh
+# The container image (Dockerfile on local stand-ins of its bases), for serial::image.
+phase "image build (hack/image.sh)" hack/image.sh
 STARTED_CLUSTER=1
 phase "cluster up" e2e/cluster.sh up
 export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig

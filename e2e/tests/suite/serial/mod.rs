@@ -10,5 +10,6 @@ mod cutover;
 mod drain;
 mod faults;
 mod gang;
+mod image;
 mod leader_election;
 mod stormservice;
