@@ -38,7 +38,7 @@ phase() { # name, then the command
 install_packages() {
   local missing=() tool
   for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-  if ((${#missing[@]} == 0)); then echo "    installed: $(podman --version), $(runc --version | head -n1)"; return; fi
+  if ((${#missing[@]} == 0)); then echo "    installed: $(podman --version), $(runc --version | sed -n 1p)"; return; fi
   [[ $(id -u) == 0 ]] || { echo "image: install ${missing[*]} (Debian: apt-get install ${missing[*]}), then again" >&2; return 1; }
   echo "    installing ${missing[*]} from Debian's packages"
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then

@@ -2,11 +2,12 @@
 # podman as this project runs it on its development and CI machines (root, no systemd, no
 # container networking, no cgroup delegation): the vfs storage driver (no overlay mounts
 # here), runc (crun fails on this kernel's cgroups and rlimits), cgroupfs, events to a file,
-# containers' open-file and process limits at this shell's hard limits, processes also at
-# most pid_max (podman's defaults are above both, which runc may not set here), and a store of its own in the cache folder beside the
-# cluster tools, so nothing the project builds lands in the repository or in the machine's
-# default store. `hack/image.sh` and the
-# image e2e test call podman only through this script.
+# containers' open-file and process limits at this shell's hard limits, processes at most
+# pid_max (podman's defaults are above both, which runc may not set here). Its image store
+# and its temporary folder (where builds keep `RUN --mount=type=cache` folders) are its own,
+# in the cache folder beside the cluster tools: nothing the project builds lands in the
+# repository or in the machine's default store. `hack/image.sh` and the image e2e test call
+# podman only through this script.
 #
 # Usage: hack/podman.sh PODMAN-ARGS...      (e.g. hack/podman.sh images)
 set -euo pipefail
@@ -25,5 +26,7 @@ cat >"$STORE/containers.conf" <<CONF
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
 CONF
 export CONTAINERS_CONF=$STORE/containers.conf
+mkdir -p "$STORE/tmp"
+export TMPDIR=$STORE/tmp
 exec podman --storage-driver vfs --root "$STORE/storage" --runroot "$STORE/run" \
   --runtime runc --cgroup-manager cgroupfs --events-backend file "$@"

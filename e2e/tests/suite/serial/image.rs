@@ -20,7 +20,8 @@ use e2e::roles::{stormservice, stormservice_settled};
 use e2e::{TestNamespace, client, install_crds, kubectl, wait_for, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSecurityContext};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSecurityContext, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use squall::api::StormService;
@@ -118,18 +119,15 @@ fn deployment_of(docs: &[Value]) -> (Value, Container) {
     )
 }
 
-/// `name:port` of a probe's `httpGet`, resolved through the container's named ports.
-fn probe_target(container: &Container, probe: &str) -> (u16, String) {
-    let probe = match probe {
-        "startup" => container.startup_probe.as_ref(),
-        "readiness" => container.readiness_probe.as_ref(),
-        _ => container.liveness_probe.as_ref(),
-    }
-    .and_then(|p| p.http_get.as_ref())
-    .unwrap_or_else(|| panic!("the chart's {probe} probe is an httpGet"));
+/// The port and path a probe's `httpGet` asks, its port resolved through the container's
+/// named ports.
+fn http_target(container: &Container, probe: Option<&Probe>, which: &str) -> (u16, String) {
+    let probe = probe
+        .and_then(|p| p.http_get.as_ref())
+        .unwrap_or_else(|| panic!("the chart's {which} probe is an httpGet"));
     let port = match &probe.port {
-        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => *n,
-        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(name) => {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(name) => {
             container
                 .ports
                 .iter()
@@ -143,6 +141,15 @@ fn probe_target(container: &Container, probe: &str) -> (u16, String) {
         u16::try_from(port).unwrap(),
         probe.path.clone().unwrap_or_else(|| "/".into()),
     )
+}
+
+/// The container's probes by name.
+fn probes(container: &Container) -> [(&'static str, Option<&Probe>); 3] {
+    [
+        ("startup", container.startup_probe.as_ref()),
+        ("readiness", container.readiness_probe.as_ref()),
+        ("liveness", container.liveness_probe.as_ref()),
+    ]
 }
 
 /// The image's configuration is the chart's pod spec: the chart sets no command (the
@@ -205,11 +212,11 @@ fn the_image_matches_the_charts_pod_spec_and_has_no_shell() {
         image_ports, chart_ports,
         "image EXPOSE = chart containerPorts"
     );
-    for probe in ["startup", "readiness", "liveness"] {
-        let (port, _) = probe_target(&container, probe);
+    for (which, probe) in probes(&container) {
+        let (port, _) = http_target(&container, probe, which);
         assert!(
             chart_ports.contains(&format!("{port}/tcp")),
-            "the {probe} probe's port {port} is exposed"
+            "the {which} probe's port {port} is exposed"
         );
     }
 
@@ -441,10 +448,7 @@ fn run_flags(
         "--log-driver".into(),
         "k8s-file".into(),
         "--log-opt".into(),
-        format!(
-            "path={}",
-            cluster_dir().join("logs/squall-image.log").display()
-        ),
+        format!("path={}", log_path()),
     ];
     let user = security
         .run_as_user
@@ -523,6 +527,7 @@ fn wait_for_probe(port: u16, path: &str, bound: Duration) {
     );
 }
 
+/// The container's log (podman's k8s-file driver), beside the other components' logs.
 fn log_path() -> String {
     cluster_dir()
         .join("logs/squall-image.log")
@@ -531,7 +536,7 @@ fn log_path() -> String {
 }
 
 /// A probe's bound: `periodSeconds × failureThreshold` (what the kubelet allows).
-fn probe_bound(probe: Option<&k8s_openapi::api::core::v1::Probe>) -> Duration {
+fn probe_bound(probe: Option<&Probe>) -> Duration {
     let probe = probe.expect("the probe is set");
     let period = probe.period_seconds.unwrap_or(10);
     let failures = probe.failure_threshold.unwrap_or(3);
@@ -591,12 +596,10 @@ async fn the_image_serves_and_reconciles_as_the_charts_deployment_and_stops_on_s
         .expect("the container's process id");
 
     // Started, then ready, within the probes' bounds; alive.
-    let (port, path) = probe_target(&container, "startup");
-    wait_for_probe(port, &path, probe_bound(container.startup_probe.as_ref()));
-    let (port, path) = probe_target(&container, "readiness");
-    wait_for_probe(port, &path, probe_bound(container.readiness_probe.as_ref()));
-    let (port, path) = probe_target(&container, "liveness");
-    wait_for_probe(port, &path, probe_bound(container.liveness_probe.as_ref()));
+    for (which, probe) in probes(&container) {
+        let (port, path) = http_target(&container, probe, which);
+        wait_for_probe(port, &path, probe_bound(probe));
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert_eq!(
