@@ -4,7 +4,7 @@
 run:            ## local control plane, CRDs, samples checked, then the operator in the foreground
 	hack/run.sh
 
-test:           ## fmt, clippy, unit tests, then the e2e suite on the local control plane
+test:           ## fmt, clippy, unit tests, the image, then the e2e suite on the local control plane
 	hack/test.sh
 
 image:          ## the container image (Dockerfile) with podman, on local stand-ins of its bases: localhost/squall:dev

@@ -9,8 +9,9 @@
 #   runtime  what distroless cc-debian12 holds, unpacked from the same Debian packages:
 #            glibc, libgcc, libstdc++, libgomp, libssl, CA certificates, tzdata, netbase,
 #            base-files; users root and nonroot (65532), USER 65532, no shell.
-# Only the two FROM lines differ from a user's build, through the Dockerfile's build
-# arguments. Installs podman, runc and debootstrap from Debian's packages when missing.
+# The Dockerfile is a user's: only its two base arguments differ, and the build gets the
+# toolchain and crates by read-only mounts. Installs podman, runc and debootstrap from
+# Debian's packages when missing.
 #
 # Usage: hack/image.sh    builds $SQUALL_IMAGE (default localhost/squall:dev); prints the
 #                         image's size and a timing table
@@ -35,28 +36,33 @@ phase() { # name, then the command
   PHASES+=("$(printf '%-34s %5ss' "$name" $((SECONDS - start)))")
 }
 
+# Runs an apt-get command; when it fails, refreshes the package lists and runs it again (a
+# new machine's lists may name versions the mirror no longer serves).
+with_fresh_lists() {
+  "$@" && return
+  echo "    package lists are stale: apt-get update, then again" >&2
+  apt-get update -q >/dev/null
+  "$@"
+}
+
 install_packages() {
   local missing=() tool
   for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
   if ((${#missing[@]} == 0)); then echo "    installed: $(podman --version), $(runc --version | sed -n 1p)"; return; fi
   [[ $(id -u) == 0 ]] || { echo "image: install ${missing[*]} (Debian: apt-get install ${missing[*]}), then again" >&2; return 1; }
   echo "    installing ${missing[*]} from Debian's packages"
-  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
-    echo "    package lists are stale: apt-get update, then again"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  with_fresh_lists env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 has_image() { "${PODMAN[@]}" image exists "$1"; }
 
-# Imports a root folder as an image with the given --change instructions, then removes it.
+# Imports a root folder as an image with the given --change instructions.
 import_root() { # folder, image, changes...
   local folder=$1 image=$2; shift 2
   local changes=() change
   for change in "$@"; do changes+=(--change "$change"); done
   tar --numeric-owner -C "$folder" -cf - . | "${PODMAN[@]}" import "${changes[@]}" - "$image" >/dev/null
-  rm -rf "$folder"
 }
 
 build_base() {
@@ -82,11 +88,7 @@ runtime_base() {
   work=$(mktemp -d)
   root=$work/root
   echo "    unpacking ${RUNTIME_PACKAGES[*]}"
-  if ! (cd "$work" && apt-get download -q -o APT::Sandbox::User=root "${RUNTIME_PACKAGES[@]}" >/dev/null); then
-    echo "    package lists are stale: apt-get update, then again"
-    apt-get update -q >/dev/null
-    (cd "$work" && apt-get download -q -o APT::Sandbox::User=root "${RUNTIME_PACKAGES[@]}" >/dev/null)
-  fi
+  (cd "$work" && with_fresh_lists apt-get download -q -o APT::Sandbox::User=root "${RUNTIME_PACKAGES[@]}" >/dev/null)
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$root"; done
   # What distroless adds on top of the packages: the CA bundle update-ca-certificates would
   # write, the users and groups, a home for nonroot, a world-writable /tmp; no docs.
