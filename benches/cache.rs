@@ -36,7 +36,7 @@ use serde::de::DeserializeOwned;
 use squall::api::bounded_status::CheckedStatus;
 use squall::controller::cache::decoded::Decoded;
 use squall::controller::cache::scope::Caches;
-use squall::controller::cache::{Cache, Driver};
+use squall::controller::cache::{Cache, Cached, Driver};
 use squall::metrics::Metrics;
 
 /// Fleet sizes, in pods.
@@ -312,15 +312,12 @@ struct Fed {
 
 impl Fed {
     /// Feeds `event` to `driver` on `runtime`, timing only the feed.
-    fn feed<K>(
+    fn feed<K: Cached>(
         &mut self,
         runtime: &tokio::runtime::Runtime,
         driver: &mut Driver<K>,
-        event: Event<Decoded<K>>,
-    ) where
-        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize,
-        K: std::fmt::Debug + CheckedStatus + Send + Sync + 'static,
-    {
+        event: Event<Decoded<K::Watched>>,
+    ) {
         let started = thread_cpu();
         runtime.block_on(driver.feed(event));
         self.cpu += thread_cpu() - started;
@@ -328,41 +325,35 @@ impl Fed {
     }
 
     /// Decodes `text` and feeds it as `event`, timing both.
-    fn object<K>(
+    fn object<K: Cached>(
         &mut self,
         runtime: &tokio::runtime::Runtime,
         driver: &mut Driver<K>,
         text: &str,
-        event: fn(Decoded<K>) -> Event<Decoded<K>>,
-    ) where
-        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize,
-        K: std::fmt::Debug + CheckedStatus + Send + Sync + 'static,
-    {
+        event: fn(Decoded<K::Watched>) -> Event<Decoded<K::Watched>>,
+    ) {
         let started = thread_cpu();
-        let object = decoded::<K>(text);
+        let object = decoded::<K::Watched>(text);
         self.cpu += thread_cpu() - started;
         self.feed(runtime, driver, event(object));
     }
 
     /// A first list of `count` objects, `render` making each, in pages as the watcher
     /// reads them: one page's body and its decoded objects at a time.
-    fn list<K>(
+    fn list<K: Cached>(
         &mut self,
         runtime: &tokio::runtime::Runtime,
         driver: &mut Driver<K>,
         count: usize,
         mut render: impl FnMut(usize) -> String,
-    ) where
-        K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize,
-        K: std::fmt::Debug + CheckedStatus + Send + Sync + 'static,
-    {
+    ) {
         runtime.block_on(driver.feed(Event::Init));
         for first in (0..count).step_by(PAGE) {
             let texts: Vec<String> = (first..count.min(first + PAGE)).map(&mut render).collect();
             let body = format!("[{}]", texts.join(","));
             drop(texts);
             let started = thread_cpu();
-            let page: Vec<Decoded<K>> = serde_json::from_str(&body).expect("a page");
+            let page: Vec<Decoded<K::Watched>> = serde_json::from_str(&body).expect("a page");
             self.cpu += thread_cpu() - started;
             drop(body);
             for object in page {
@@ -374,11 +365,7 @@ impl Fed {
 }
 
 /// Every change fed, taken by a subscriber the way a controller's queue takes it.
-fn subscribe<K>(cache: &Cache<K>, runtime: &tokio::runtime::Runtime)
-where
-    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize,
-    K: std::fmt::Debug + Send + Sync + 'static,
-{
+fn subscribe<K: Cached>(cache: &Cache<K>, runtime: &tokio::runtime::Runtime) {
     let mut changes = cache.subscribe();
     runtime.spawn(async move { while changes.next().await.is_some() {} });
 }

@@ -168,7 +168,7 @@ checked_status!(StormService);
 checked_status!(RoleSet);
 checked_status!(PodSet);
 
-impl CheckedStatus for super::cached::pod::CachedPod {}
+impl CheckedStatus for super::cached::pod::WatchedPod {}
 impl CheckedStatus for super::cached::revision::CachedRevision {}
 impl CheckedStatus for k8s_openapi::api::apps::v1::ControllerRevision {}
 impl CheckedStatus for k8s_openapi::api::core::v1::Service {}

@@ -5,10 +5,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
 
 use super::analysis::{DEFAULT_ENDPOINT, MAX_QUERY_BYTES, fill};
 use super::borrowed::IntOrStr;
+use super::cached::meta::Labelled;
 use super::duration::pause_seconds;
 use super::keys::ANNOTATION_DRAIN_POLICY;
 
@@ -68,8 +68,8 @@ impl Drain {
     }
 
     /// The drain a child was created with (its annotation), when it reads as one.
-    pub fn of_child(annotations: &BTreeMap<String, String>) -> Option<Self> {
-        let text = annotations.get(ANNOTATION_DRAIN_POLICY)?;
+    pub fn of_child(child: &impl Labelled) -> Option<Self> {
+        let text = child.annotation(ANNOTATION_DRAIN_POLICY)?;
         if text.len() > MAX_POLICY_BYTES {
             return None;
         }
@@ -120,6 +120,8 @@ pub fn render_drain_query(query: &str, values: Option<&DrainValues<'_>>) -> Resu
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -168,11 +170,16 @@ mod tests {
                 ..DrainQuery::default()
             }),
         };
+        let child = |annotations: BTreeMap<String, String>| {
+            let mut pod = k8s_openapi::api::core::v1::Pod::default();
+            pod.metadata.annotations = Some(annotations);
+            pod
+        };
         let annotations = BTreeMap::from([(
             ANNOTATION_DRAIN_POLICY.to_string(),
             serde_json::to_string(&drain).unwrap(),
         )]);
-        let read = Drain::of_child(&annotations).unwrap();
+        let read = Drain::of_child(&child(annotations)).unwrap();
         assert_eq!(
             read.timeout_seconds(),
             MAX_DRAIN_TIMEOUT,
@@ -186,6 +193,6 @@ mod tests {
                 "x".repeat(MAX_POLICY_BYTES)
             ),
         )]);
-        assert_eq!(Drain::of_child(&long), None, "not parsed at all");
+        assert_eq!(Drain::of_child(&child(long)), None, "not parsed at all");
     }
 }

@@ -41,13 +41,13 @@ fn owned_pods(podset: &PodSet, ctx: &Context) -> Vec<Arc<CachedPod>> {
 
 fn gang_view(pod: &CachedPod) -> GangPod {
     GangPod {
-        name: pod.name_any(),
+        name: pod.name().to_string(),
         index: pod
             .labels()
             .get(LABEL_POD_GROUP_INDEX)
             .and_then(|i| i.parse().ok()),
         running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
+        terminating: pod.is_deleting(),
         ready: pod.ready(),
         restarts: pod.restarts(),
     }
@@ -95,11 +95,12 @@ async fn apply(podset: &PodSet, ctx: &Context) -> Result<Action, Error> {
     }
     // The gang's pods carry the labels their PodSet passes on (`passed_on_labels`). Not
     // those this pass deleted: they are going (or gone already, when terminal).
-    for pod in pods.iter().filter(|p| {
-        p.metadata.deletion_timestamp.is_none() && !action.delete.contains(&p.name_any())
-    }) {
+    for pod in pods
+        .iter()
+        .filter(|p| !p.is_deleting() && !action.delete.iter().any(|d| d == p.name()))
+    {
         if let Some(patch) = passed_on_labels(podset.labels(), pod.labels()) {
-            writes.patch(&pod.name_any(), &Patch::Merge(&patch)).await?;
+            writes.patch(pod.name(), &Patch::Merge(&patch)).await?;
         }
     }
 

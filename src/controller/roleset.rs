@@ -30,6 +30,7 @@ use super::podgroups;
 use super::wall_clock;
 use crate::admission::validation::validate_roleset;
 use crate::api::RoleSpec;
+use crate::api::cached::meta::Labelled;
 use crate::api::cached::pod::CachedPod;
 use crate::api::drain::{Drain, DrainQuery};
 use crate::api::keys::{
@@ -99,16 +100,15 @@ fn gates_in_use(roleset: &RoleSet, drains: bool) -> bool {
 /// Whether the RoleSet drains children: a role of it drains, or a child was created to
 /// drain (its role may be gone from the spec).
 fn drains(roleset: &RoleSet, pods: &[Arc<CachedPod>], podsets: &[Arc<PodSet>]) -> bool {
-    let created_to =
-        |annotations: &BTreeMap<String, String>| annotations.contains_key(ANNOTATION_DRAIN_POLICY);
+    let created_to = |child: &dyn Labelled| child.annotation(ANNOTATION_DRAIN_POLICY).is_some();
     roleset
         .spec
         .roles
         .iter()
         .flatten()
         .any(|r| r.drain.is_some())
-        || pods.iter().any(|p| created_to(p.annotations()))
-        || podsets.iter().any(|p| created_to(p.annotations()))
+        || pods.iter().any(|p| created_to(&**p))
+        || podsets.iter().any(|p| created_to(&**p))
 }
 
 /// The drain starts this controller wrote on the RoleSet's children that the cache does not
@@ -119,15 +119,14 @@ fn written_drains(
     podsets: &[Arc<PodSet>],
     ctx: &Context,
 ) -> BTreeMap<String, i64> {
-    let shows =
-        |annotations: &BTreeMap<String, String>| annotations.contains_key(ANNOTATION_DRAIN_STARTED);
+    let shows = |child: &dyn Labelled| child.annotation(ANNOTATION_DRAIN_STARTED).is_some();
     let seen: HashMap<&str, bool> = pods
         .iter()
-        .map(|p| (p.metadata.name.as_deref(), shows(p.annotations())))
+        .map(|p| (Some(p.name()), shows(&**p)))
         .chain(
             podsets
                 .iter()
-                .map(|p| (p.metadata.name.as_deref(), shows(p.annotations()))),
+                .map(|p| (p.metadata.name.as_deref(), shows(&**p))),
         )
         .filter_map(|(name, shown)| Some((name?, shown)))
         .collect();
@@ -146,32 +145,39 @@ fn readings(
     ctx: &Context,
 ) -> BTreeMap<String, Reading> {
     let specs: Vec<&RoleSpec> = roleset.spec.roles.iter().flatten().collect();
-    // A child draining now, with its role and the query of its drain.
-    fn draining<'m>(
-        meta: &'m kube::api::ObjectMeta,
+    // A child (named `name`, being deleted or not) draining now, with its role and the
+    // query of its drain.
+    fn draining<'m, C: Labelled>(
+        child: &'m C,
+        name: &'m str,
+        deleting: bool,
         specs: &[&RoleSpec],
     ) -> Option<(&'m str, &'m str, DrainQuery)> {
-        let annotations = meta.annotations.as_ref()?;
-        if meta.deletion_timestamp.is_some() || !annotations.contains_key(ANNOTATION_DRAIN_STARTED)
-        {
+        if deleting || child.annotation(ANNOTATION_DRAIN_STARTED).is_none() {
             return None;
         }
-        let role = meta.labels.as_ref()?.get(LABEL_ROLE_NAME)?;
-        let drain = match specs.iter().find(|r| &r.name == role) {
+        let role = child.label(LABEL_ROLE_NAME)?;
+        let drain = match specs.iter().find(|r| r.name == role) {
             Some(spec) => spec.drain.clone(),
-            None => Drain::of_child(annotations),
+            None => Drain::of_child(child),
         };
-        Some((meta.name.as_deref()?, role.as_str(), drain?.query?))
+        Some((name, role, drain?.query?))
     }
     // Each draining child with its role, its query and its pods.
     let units: Vec<(&str, &str, DrainQuery, Vec<&CachedPod>)> = pods
         .iter()
         .filter_map(|pod| {
-            let (name, role, query) = draining(&pod.metadata, &specs)?;
+            let (name, role, query) = draining(&**pod, pod.name(), pod.is_deleting(), &specs)?;
             Some((name, role, query, vec![&**pod]))
         })
         .chain(podsets.iter().filter_map(|podset| {
-            let (name, role, query) = draining(&podset.metadata, &specs)?;
+            let meta = &podset.metadata;
+            let (name, role, query) = draining(
+                &**podset,
+                meta.name.as_deref()?,
+                meta.deletion_timestamp.is_some(),
+                &specs,
+            )?;
             Some((name, role, query, gangs.members(name)?.to_vec()))
         }))
         .collect();
@@ -180,7 +186,7 @@ fn readings(
         .flat_map(|(_, role, query, members)| {
             members.iter().filter_map(move |pod| {
                 Some(InFlightAsk {
-                    pod: pod.metadata.name.as_deref()?,
+                    pod: pod.name(),
                     pod_uid: pod.metadata.uid.as_deref()?,
                     role,
                     query,
@@ -198,7 +204,7 @@ fn readings(
             let mut sum: Result<f64, String> = Ok(0.0);
             let mut at = i64::MAX;
             for pod in members {
-                let (value, sent) = read.get(pod.metadata.name.as_deref()?)?;
+                let (value, sent) = read.get(pod.name())?;
                 at = at.min(*sent);
                 sum = match (sum, value) {
                     (Ok(total), Ok(value)) => Ok(total + value),
@@ -228,7 +234,7 @@ fn written_gates(
         .chain(gang_pods)
         .filter_map(|pod| {
             let gate = pod.condition(CONDITION_PAIRING_SERVABLE);
-            Some((pod.metadata.name.as_deref()?, gate.map(|s| s == "True")))
+            Some((pod.name(), gate.map(|s| s == "True")))
         })
         .collect();
     ctx.expectations
@@ -688,8 +694,8 @@ async fn update_in_place(
     let writes = &role.in_place;
     let reference = |name: &str| {
         pods.iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
-            .map(|p| p.object_ref(&()))
+            .find(|p| p.name() == name)
+            .map(|p| p.object_reference())
     };
     if let Some(reason) = &writes.fallback {
         ctx.publish(

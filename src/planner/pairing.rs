@@ -11,6 +11,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::serving::{Gangs, gate, up};
+use crate::api::cached::meta::Labelled;
 use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_ROLE_NAME};
 use crate::api::limits::MAX_PAIRING_KEYS_REPORTED;
@@ -45,25 +46,25 @@ pub fn paired_pods<'a>(
 ) -> Vec<PairedPod<'a>> {
     let servable = |pod: &CachedPod| gate(pod, written);
     let ready = |pod: &CachedPod| pod.ready() && gate(pod, written) != Some(false);
-    let paired_role = |labels: &'a BTreeMap<String, String>| {
-        let role = labels.get(LABEL_ROLE_NAME)?;
+    let paired_role = |child: &'a dyn Labelled| {
+        let role = child.label(LABEL_ROLE_NAME)?;
         groups
             .iter()
-            .any(|g| g.roles.contains(role))
-            .then_some(role.as_str())
+            .any(|g| g.roles.iter().any(|r| r == role))
+            .then_some(role)
     };
     let single = pods.iter().filter_map(|pod| {
         // A terminating pod serves no more (its endpoint says so): nothing to decide or
         // write for it.
-        if pod.metadata.deletion_timestamp.is_some() {
+        if pod.is_deleting() {
             return None;
         }
-        let role = paired_role(pod.labels())?;
+        let role = paired_role(&**pod)?;
         let servable = servable(pod);
         Some(PairedPod {
-            name: pod.metadata.name.as_deref()?,
+            name: pod.name(),
             role,
-            key: pod.labels().get(LABEL_PAIRING_KEY).map(String::as_str),
+            key: pod.labels().get(LABEL_PAIRING_KEY),
             up: up(pod),
             ready: ready(pod),
             gated: servable.is_some() || pod.has_readiness_gate(CONDITION_PAIRING_SERVABLE),
@@ -76,7 +77,7 @@ pub fn paired_pods<'a>(
         if podset.metadata.deletion_timestamp.is_some() {
             return None;
         }
-        let role = paired_role(podset.labels())?;
+        let role = paired_role(&**podset)?;
         let name = podset.metadata.name.as_deref()?;
         let gang = gangs.members(name).unwrap_or_default();
         let whole = gang.len() == usize::try_from(podset.spec.pod_group_size).unwrap_or(0);

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kube::ResourceExt;
 
 use crate::api::PodSet;
 use crate::api::cached::pod::CachedPod;
@@ -22,8 +21,7 @@ use crate::planner::status::Reason;
 /// A pod's serving condition, as written when the cache does not show it yet; None while
 /// absent.
 pub(crate) fn gate(pod: &CachedPod, written: &BTreeMap<String, bool>) -> Option<bool> {
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    written.get(name).copied().or_else(|| {
+    written.get(pod.name()).copied().or_else(|| {
         pod.condition(CONDITION_PAIRING_SERVABLE)
             .map(|s| s == "True")
     })
@@ -52,9 +50,9 @@ impl<'a> Gangs<'a> {
             .collect();
         for pod in gang_pods
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| !p.is_deleting())
         {
-            let podset = pod.labels().get(LABEL_PODSET_NAME).map(String::as_str);
+            let podset = pod.labels().get(LABEL_PODSET_NAME);
             if let Some(pods) = podset.and_then(|name| members.get_mut(name)) {
                 pods.push(pod);
             }
@@ -81,7 +79,7 @@ pub fn gate_writes(
     };
     gang.iter()
         .filter(|p| gate(p, written).unwrap_or(false) != servable)
-        .filter_map(|p| p.metadata.name.clone())
+        .map(|p| p.name().to_string())
         .collect()
 }
 
@@ -146,11 +144,11 @@ pub fn gates<'a>(
             };
             let servable = reason == Reason::Serving;
             if gate(pod, written).unwrap_or(false) != servable {
-                writes.extend(pod.metadata.name.clone().map(|pod| Gate {
-                    pod,
+                writes.push(Gate {
+                    pod: pod.name().to_string(),
                     servable,
                     reason,
-                }));
+                });
             }
         }
     }
@@ -187,7 +185,7 @@ mod tests {
         );
         let pods: BTreeMap<&str, &CachedPod> = [&up_closed, &up_open, &starting, &warm]
             .into_iter()
-            .map(|p| (p.metadata.name.as_deref().unwrap(), p))
+            .map(|p| (p.name(), p))
             .collect();
         let held_out = BTreeMap::from([("warm".to_string(), Reason::HeldOut)]);
         let writes = gates(

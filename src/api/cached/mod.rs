@@ -2,6 +2,7 @@
 //! times its JSON (a pod, a revision's data), and shared where thousands of objects carry
 //! the same value (a revision's pod templates), or nearly (a role's pods' specs).
 
+pub mod meta;
 pub mod packed;
 pub mod pod;
 pub mod revision;

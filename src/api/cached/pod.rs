@@ -3,23 +3,40 @@
 //! probe, lifecycle hook and security field it may have), and a fleet's pods are most of
 //! what the operator holds. Decisions read a pod's metadata and a few status fields on every
 //! pass, and its spec only for in-place updates, adoptions and topology warnings: so the
-//! metadata is decoded, the status is projected to what is read, and the spec is kept as
-//! the API server's JSON (packed against a sibling's by the cache: [`super::packed`]),
-//! decoded where it is needed.
+//! metadata is kept compact ([`super::meta`]), the status is projected to what is read, and
+//! the spec is kept as the API server's JSON (packed against a sibling's by the cache:
+//! [`super::packed`]), decoded where it is needed. A watch reads each pod as a
+//! [`WatchedPod`] (the metadata as `ObjectMeta`, what the watcher reads) and the cache keeps
+//! it as a [`CachedPod`].
 
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+    Affinity, ContainerStatus, ObjectReference, Pod, PodCondition, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
+use super::meta::{CachedMeta, Pairs};
 use super::packed::PackedJson;
 
 /// A cached pod: metadata, the status fields decisions read, and the spec as JSON.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct CachedPod {
+    /// As the API server sent it, compact.
+    #[serde(default)]
+    pub metadata: CachedMeta,
+    /// The spec's JSON, undecoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PackedJson>,
+    /// What decisions read of the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CachedPodStatus>,
+}
+
+/// A pod as a watch reads it: a [`CachedPod`] whose metadata is still the API's.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct WatchedPod {
     /// As the API server sent it.
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -165,7 +182,17 @@ pub struct CachedContainerStatus {
     pub restart_count: i32,
 }
 
-impl kube::Resource for CachedPod {
+impl From<WatchedPod> for CachedPod {
+    fn from(pod: WatchedPod) -> Self {
+        Self {
+            metadata: CachedMeta::from(&pod.metadata),
+            spec: pod.spec,
+            status: pod.status,
+        }
+    }
+}
+
+impl kube::Resource for WatchedPod {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
@@ -192,7 +219,96 @@ impl kube::Resource for CachedPod {
     }
 }
 
+/// The pod cache's keys and the controllers' object references: what a `Resource` reads of
+/// its `ObjectMeta`, read from the compact metadata.
+impl kube::runtime::reflector::Lookup for CachedPod {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.metadata.name))
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.metadata.namespace.as_deref().map(Cow::Borrowed)
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.metadata.resource_version.as_deref().map(Cow::Borrowed)
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.metadata.uid.as_deref().map(Cow::Borrowed)
+    }
+    /// Keyed by namespace and name alone: the store's key would otherwise copy the version
+    /// and UID too, which no lookup compares.
+    fn to_object_ref(&self, dyntype: ()) -> kube::runtime::reflector::ObjectRef<Self> {
+        kube::runtime::reflector::ObjectRef::new_with(&self.metadata.name, dyntype)
+            .within(self.metadata.namespace())
+    }
+}
+
+impl super::meta::Labelled for CachedPod {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.get(key)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata.annotations.get(key)
+    }
+}
+
 impl CachedPod {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    /// Its namespace.
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace()
+    }
+
+    /// Its labels.
+    pub fn labels(&self) -> &Pairs {
+        &self.metadata.labels
+    }
+
+    /// Its annotations.
+    pub fn annotations(&self) -> &Pairs {
+        &self.metadata.annotations
+    }
+
+    /// A reference to it, for an event about it.
+    pub fn object_reference(&self) -> ObjectReference {
+        let meta = &self.metadata;
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(meta.name.to_string()),
+            namespace: meta.namespace.as_ref().map(ToString::to_string),
+            uid: meta.uid.as_deref().map(str::to_string),
+            resource_version: meta.resource_version.as_deref().map(str::to_string),
+            ..ObjectReference::default()
+        }
+    }
+
+    /// Whether it is being deleted.
+    pub fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
     /// The cached form of `pod`.
     pub fn from_pod(pod: &Pod) -> Self {
         let json = serde_json::to_string(pod).expect("a Pod serializes");
@@ -241,7 +357,7 @@ impl CachedPod {
             ..PodStatus::default()
         });
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.to_object_meta(),
             spec: None,
             status,
         }

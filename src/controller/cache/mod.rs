@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::bounded_status::CheckedStatus;
 use crate::api::cached::packed::Dictionaries;
-use crate::api::cached::pod::CachedPod;
+use crate::api::cached::pod::{CachedPod, WatchedPod};
 use crate::api::cached::revision::CachedRevision;
 use crate::api::cached::shared::{Interner, Shared};
 use crate::api::keys::LABEL_ROLE_TEMPLATE_HASH;
@@ -93,15 +93,10 @@ pub fn share_pod_spec(pod: &mut CachedPod) {
     let meta = &pod.metadata;
     let siblings = meta
         .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_ROLE_TEMPLATE_HASH))
-        .map(String::as_str)
-        .or_else(|| controller_uid(meta))
+        .get(LABEL_ROLE_TEMPLATE_HASH)
+        .or_else(|| meta.controller_uid())
         .unwrap_or_default();
-    let key = format!(
-        "{}/{siblings}",
-        meta.namespace.as_deref().unwrap_or_default()
-    );
+    let key = format!("{}/{siblings}", meta.namespace());
     pod.spec = Some(POD_SPECS.pack(&key, spec));
 }
 
@@ -159,8 +154,96 @@ pub fn share_stormservice_templates(service: &mut StormService) {
     }
 }
 
+/// A kind as its cache keeps it: read from the watch as [`Cached::Watched`] (what the
+/// watcher decodes: a `Resource` with the API's `ObjectMeta`), and stored as `Self`, which
+/// may be leaner (a pod's metadata: [`CachedPod`]).
+pub trait Cached:
+    kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Serialize + std::fmt::Debug + Send + Sync + 'static
+{
+    /// The form the watch decodes each object in.
+    type Watched: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + CheckedStatus
+        + Send
+        + Sync
+        + 'static;
+
+    /// The object as the cache stores it.
+    fn stored(watched: Self::Watched) -> Self;
+
+    /// The UID of its controlling owner.
+    fn controller_uid(&self) -> Option<&str>;
+
+    /// Whether it is being deleted.
+    fn is_deleting(&self) -> bool;
+}
+
+/// Kinds stored as they are watched.
+macro_rules! stored_as_watched {
+    ($($kind:ty),* $(,)?) => {$(
+        impl Cached for $kind {
+            type Watched = Self;
+
+            fn stored(watched: Self) -> Self {
+                watched
+            }
+
+            fn controller_uid(&self) -> Option<&str> {
+                controller_uid(self.meta())
+            }
+
+            fn is_deleting(&self) -> bool {
+                self.meta().deletion_timestamp.is_some()
+            }
+        }
+    )*};
+}
+
+stored_as_watched!(
+    RoleSet,
+    StormService,
+    crate::api::PodSet,
+    CachedRevision,
+    Service,
+    k8s_openapi::api::core::v1::Pod,
+);
+
+impl<S: crate::api::podgroup::SchedulerKind> Cached for crate::api::podgroup::PodGroup<S> {
+    type Watched = Self;
+
+    fn stored(watched: Self) -> Self {
+        watched
+    }
+
+    fn controller_uid(&self) -> Option<&str> {
+        controller_uid(self.meta())
+    }
+
+    fn is_deleting(&self) -> bool {
+        self.meta().deletion_timestamp.is_some()
+    }
+}
+
+impl Cached for CachedPod {
+    type Watched = WatchedPod;
+
+    fn stored(watched: WatchedPod) -> Self {
+        watched.into()
+    }
+
+    fn controller_uid(&self) -> Option<&str> {
+        self.metadata.controller_uid()
+    }
+
+    fn is_deleting(&self) -> bool {
+        CachedPod::is_deleting(self)
+    }
+}
+
 /// One kind's cache: the objects, by key and by controlling owner.
-pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+pub struct Cache<K: Cached> {
     reader: Store<K>,
     index: Mutex<Index<K>>,
     subscribers: Mutex<Vec<mpsc::Sender<Arc<K>>>>,
@@ -179,7 +262,7 @@ struct Entry<K> {
 /// Children by their controlling owner's UID, then their own namespace, then name.
 type ByOwner<K> = HashMap<String, HashMap<String, BTreeMap<String, Arc<K>>>>;
 
-struct Index<K: Resource<DynamicType = ()>> {
+struct Index<K: Cached> {
     entries: HashMap<ObjectRef<K>, Entry<K>>,
     by_owner: ByOwner<K>,
     bytes: usize,
@@ -190,7 +273,7 @@ struct Index<K: Resource<DynamicType = ()>> {
     seen_version: Option<u64>,
 }
 
-impl<K: Resource<DynamicType = ()>> Default for Index<K> {
+impl<K: Cached> Default for Index<K> {
     fn default() -> Self {
         Self {
             entries: HashMap::new(),
@@ -227,15 +310,11 @@ fn make_lean<K: Resource>(object: &mut K) {
     }
 }
 
-impl<K> Cache<K>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-    K: Send + Sync + 'static,
-{
+impl<K: Cached> Cache<K> {
     /// A cache of the objects `api` lists under `config`, keeping those `keep` accepts; run
     /// the returned driver to fill it.
     pub fn new(
-        api: Api<Decoded<K>>,
+        api: Api<Decoded<K::Watched>>,
         config: watcher::Config,
         keep: Keep<K>,
         metrics: Arc<Metrics>,
@@ -353,7 +432,7 @@ where
     fn index(index: &mut Index<K>, key: ObjectRef<K>, object: Arc<K>) {
         Self::unindex(index, &key);
         let bytes = json_len(&*object);
-        let owner = controller_uid(object.meta()).map(str::to_string);
+        let owner = object.controller_uid().map(str::to_string);
         if let Some(owner) = &owner {
             index
                 .by_owner
@@ -384,11 +463,12 @@ where
 /// The key an object is indexed by: its namespace and name. (`ObjectRef::from_obj` also
 /// copies its version and UID into the key, which no lookup compares: two strings per object
 /// the index would hold for nothing.)
-fn key_of<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<K> {
-    key_from(object.meta())
+fn key_of<K: Cached>(object: &K) -> ObjectRef<K> {
+    ObjectRef::new(object.name().as_deref().unwrap_or_default())
+        .within(object.namespace().as_deref().unwrap_or_default())
 }
 
-fn key_from<K: Resource<DynamicType = ()>>(meta: &kube::api::ObjectMeta) -> ObjectRef<K> {
+fn key_from<K: Cached>(meta: &kube::api::ObjectMeta) -> ObjectRef<K> {
     ObjectRef::new(meta.name.as_deref().unwrap_or_default())
         .within(meta.namespace.as_deref().unwrap_or_default())
 }
@@ -410,8 +490,10 @@ fn json_len(object: &impl Serialize) -> usize {
 }
 
 /// An object's resource version as a number (see [`Cache::seen_version`]).
-fn version_of<K: Resource>(object: &K) -> Option<u64> {
-    object.meta().resource_version.as_deref()?.parse().ok()
+fn version_of<K: Cached>(object: &K) -> Option<u64> {
+    kube::runtime::reflector::Lookup::resource_version(object)?
+        .parse()
+        .ok()
 }
 
 /// What a watch event of one object does to the store.
@@ -423,10 +505,10 @@ enum Step {
 }
 
 /// Fills one [`Cache`] from its watch and fans changes out to the subscribers.
-pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
+pub struct Driver<K: Cached> {
     cache: Arc<Cache<K>>,
     writer: Writer<K>,
-    api: Api<Decoded<K>>,
+    api: Api<Decoded<K::Watched>>,
     config: watcher::Config,
     /// The stored objects that do not decode whole.
     problems: Problems<K>,
@@ -442,11 +524,7 @@ pub struct Driver<K: Resource<DynamicType = ()> + Clone + 'static> {
     share: Option<Share<K>>,
 }
 
-impl<K> Driver<K>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-    K: CheckedStatus + Send + Sync + 'static,
-{
+impl<K: Cached> Driver<K> {
     /// The same driver, sending a [`DecodeWarning`] for each object version it reports.
     pub fn warning_to(mut self, warnings: tokio::sync::mpsc::Sender<DecodeWarning>) -> Self {
         self.warnings = Some(warnings);
@@ -477,8 +555,8 @@ where
     /// Takes in one watch event as the watch hands it over: made lean, admitted, stored and
     /// indexed, then fanned out to the subscribers. (The cache-scale bench feeds generated
     /// fleets through here: `benches/cache.rs`.)
-    pub async fn feed(&mut self, event: watcher::Event<Decoded<K>>) {
-        let Some(mut event) = self.admit(event.modify(make_lean::<Decoded<K>>)) else {
+    pub async fn feed(&mut self, event: watcher::Event<Decoded<K::Watched>>) {
+        let Some(mut event) = self.admit(event.modify(make_lean::<Decoded<K::Watched>>)) else {
             return;
         };
         if let Some(share) = self.share {
@@ -491,7 +569,10 @@ where
     /// The event the store applies for one decoded event. An object that does not decode
     /// whole is reported (once per version). One without even a spec changes nothing: the
     /// cache keeps what it last held of it (across a relist too) until it decodes again.
-    fn admit(&mut self, event: watcher::Event<Decoded<K>>) -> Option<watcher::Event<K>> {
+    fn admit(
+        &mut self,
+        event: watcher::Event<Decoded<K::Watched>>,
+    ) -> Option<watcher::Event<K>> {
         let (decoded, step) = match event {
             watcher::Event::Init => {
                 self.relisted_problems.clear();
@@ -553,7 +634,7 @@ where
             self.report_problems();
         }
         let object = match decoded.into_object() {
-            Some(object) => object,
+            Some(object) => K::stored(object),
             None if step == Step::Apply => return None,
             None => (*self.cache.reader.get(&key)?).clone(),
         };
@@ -829,11 +910,7 @@ mod tests {
         assert!(Shared::same(&template("a"), &template("b")));
     }
 
-    fn empty_cache<K>(share: Share<K>) -> (Arc<Cache<K>>, Driver<K>)
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-        K: CheckedStatus + Send + Sync + 'static,
-    {
+    fn empty_cache<K: Cached>(share: Share<K>) -> (Arc<Cache<K>>, Driver<K>) {
         let client = kube::Client::try_from(kube::Config::new(
             "http://127.0.0.1:1".parse().expect("a URL"),
         ))
@@ -860,7 +937,7 @@ mod tests {
                     "readinessGates": [{"conditionType": "InPlaceUpdateReady"}]},
             });
             (
-                serde_json::from_value::<Decoded<CachedPod>>(json.clone()).unwrap(),
+                serde_json::from_value::<Decoded<WatchedPod>>(json.clone()).unwrap(),
                 serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json).unwrap(),
             )
         };

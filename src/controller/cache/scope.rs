@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Service;
-use kube::Client;
+use kube::{Client, Resource};
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::podgroups;
-use super::{Cache, DecodeWarning, Driver, controlled_by_kind, decoded};
+use super::{Cache, Cached, DecodeWarning, Driver, controlled_by_kind, decoded};
 use crate::api::cached::pod::CachedPod;
 use crate::api::cached::revision::CachedRevision;
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
@@ -108,7 +108,7 @@ impl Caches {
         macro_rules! cache {
             ($kind:ty, $config:expr, $keep:expr) => {
                 Cache::<$kind>::new(
-                    scoped::<decoded::Decoded<$kind>>(client, namespace),
+                    scoped::<decoded::Decoded<<$kind as Cached>::Watched>>(client, namespace),
                     $config,
                     $keep,
                     metrics.clone(),
@@ -117,7 +117,8 @@ impl Caches {
         }
         let all = watcher::Config::default;
         let (pods, pods_driver) = cache!(CachedPod, all(), |p: &CachedPod| {
-            controlled_by_kind::<RoleSet>(&p.metadata) || controlled_by_kind::<PodSet>(&p.metadata)
+            p.metadata.controlled_by_kind(&RoleSet::kind(&()))
+                || p.metadata.controlled_by_kind(&PodSet::kind(&()))
         });
         let (podsets, podsets_driver) = cache!(PodSet, all(), |_: &PodSet| true);
         let (rolesets, rolesets_driver) = cache!(RoleSet, all(), |_: &RoleSet| true);

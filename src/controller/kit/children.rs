@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use super::context::Context;
 use super::error::{Error, refusal};
@@ -18,21 +18,11 @@ use crate::api::keys::{
     CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME,
 };
 use crate::api::{PodSet, RoleSet, controlled_by};
-use crate::controller::cache::Cache;
+use crate::controller::cache::{Cache, Cached};
 
 /// The children `cache` holds of `owner` (controlled by its UID, so a namesake that was
 /// deleted and recreated does not inherit them).
-pub fn owned_children<K, O>(cache: &Cache<K>, owner: &O) -> Vec<Arc<K>>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug
-        + Send
-        + Sync,
-    O: kube::Resource,
-{
+pub fn owned_children<K: Cached, O: kube::Resource>(cache: &Cache<K>, owner: &O) -> Vec<Arc<K>> {
     owner
         .meta()
         .uid
@@ -44,11 +34,19 @@ where
         .unwrap_or_default()
 }
 
+/// The owner of kind `O` a pod's change is for: its controller, in its namespace (what
+/// `Controller::owns` maps a child to, for a pod the cache keeps compact).
+pub fn controlling_owner<O: Resource<DynamicType = ()>>(pod: &CachedPod) -> Option<ObjectRef<O>> {
+    let owner = pod.metadata.controller()?;
+    (owner.kind.as_str() == O::kind(&()) && owner.api_version.as_str() == O::api_version(&()))
+        .then(|| ObjectRef::new(&owner.name).within(pod.namespace()))
+}
+
 /// The RoleSet a gated gang's pod changes matter to, beside its PodSet: its serving gate
 /// opens when its containers turn ready, which the PodSet's status does not show (it counts
 /// Ready). Pods a PodSet controls that carry a pairing key or declare the serving gate only;
 /// the RoleSet is named by the pod's label, in the pod's namespace.
-pub fn gated_gang_owner(pod: Arc<CachedPod>) -> Option<ObjectRef<RoleSet>> {
+pub fn gated_gang_owner(pod: &CachedPod) -> Option<ObjectRef<RoleSet>> {
     let labels = pod.labels();
     if !labels.contains_key(LABEL_PODSET_NAME) {
         return None;
@@ -58,21 +56,18 @@ pub fn gated_gang_owner(pod: Arc<CachedPod>) -> Option<ObjectRef<RoleSet>> {
     {
         return None;
     }
-    let by_podset = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.kind == PodSet::kind(&()));
-    let (roleset, namespace) = (labels.get(LABEL_ROLESET_NAME)?, pod.namespace()?);
-    by_podset.then(|| ObjectRef::new(roleset).within(&namespace))
+    let by_podset = pod.metadata.controlled_by_kind(&PodSet::kind(&()));
+    let roleset = labels.get(LABEL_ROLESET_NAME)?;
+    by_podset.then(|| ObjectRef::new(roleset).within(pod.namespace()))
 }
 
 /// The UIDs of `children`, by name: every delete names the object it means by UID too.
-pub fn uids<'a, K: kube::Resource + 'a>(
+pub fn uids<'a, K: kube::runtime::reflector::Lookup + 'a>(
     children: impl IntoIterator<Item = &'a K>,
 ) -> HashMap<String, String> {
     children
         .into_iter()
-        .filter_map(|c| Some((c.meta().name.clone()?, c.meta().uid.clone()?)))
+        .filter_map(|c| Some((c.name()?.into_owned(), c.uid()?.into_owned())))
         .collect()
 }
 
@@ -248,8 +243,15 @@ impl Going {
 }
 
 /// What ordered deletion needs of cached children.
-pub fn going<K: kube::Resource>(children: &[Arc<K>]) -> Vec<Going> {
-    children.iter().map(|c| Going::of(c.meta())).collect()
+pub fn going<K: Cached>(children: &[Arc<K>]) -> Vec<Going> {
+    children
+        .iter()
+        .map(|c| Going {
+            name: c.name().unwrap_or_default().into_owned(),
+            uid: c.uid().unwrap_or_default().into_owned(),
+            terminating: c.is_deleting(),
+        })
+        .collect()
 }
 
 /// The children of kind `K` the API server itself still holds of `owner`: those carrying
@@ -431,13 +433,13 @@ mod tests {
         let gang = serde_json::json!({LABEL_PAIRING_KEY: "k", LABEL_PODSET_NAME: "d-0",
             LABEL_ROLESET_NAME: "rs"});
         assert_eq!(
-            gated_gang_owner(pod(gang.clone(), "PodSet")),
+            gated_gang_owner(&pod(gang.clone(), "PodSet")),
             Some(ObjectRef::new("rs").within("team"))
         );
         // A RoleSet's own pod reaches it as its child; an unpaired gang's pod does not.
-        assert_eq!(gated_gang_owner(pod(gang, "RoleSet")), None);
+        assert_eq!(gated_gang_owner(&pod(gang, "RoleSet")), None);
         let unpaired = serde_json::json!({LABEL_PODSET_NAME: "d-0", LABEL_ROLESET_NAME: "rs"});
-        assert_eq!(gated_gang_owner(pod(unpaired, "PodSet")), None);
+        assert_eq!(gated_gang_owner(&pod(unpaired, "PodSet")), None);
     }
 
     #[tokio::test]

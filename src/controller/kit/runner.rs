@@ -4,13 +4,15 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::Client;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource};
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use tokio::sync::watch;
 
-use super::children::gated_gang_owner;
+use super::children::{controlling_owner, gated_gang_owner};
 use super::context::Context;
 use super::owner::{Owner, error_policy, measured, reconcile};
+use crate::api::cached::pod::CachedPod;
 use crate::api::podgroup::PodGroupCrds;
 use crate::api::{PodSet, RoleSet, StormService};
 use crate::controller::aibrix_guard::{self, AibrixGuard};
@@ -134,6 +136,18 @@ where
     }
 }
 
+/// The owners `owner` maps each pod change to: how a controller subscribes to the pods it
+/// owns or watches (the pod cache keeps them compact, not as a `Resource`).
+fn owners_of_pods<K: Resource<DynamicType = ()> + 'static>(
+    caches: &Caches,
+    owner: fn(&CachedPod) -> Option<ObjectRef<K>>,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
+    caches
+        .pods
+        .subscribe()
+        .filter_map(move |pod| std::future::ready(owner(&pod)))
+}
+
 async fn run_scope(
     clients: &Clients,
     namespace: Option<&str>,
@@ -155,9 +169,9 @@ async fn run_scope(
     let rolesets = drive::<RoleSet>(
         released(
             Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
-                .owns_shared_stream(caches.pods.subscribe())
+                .reconcile_on(owners_of_pods(&caches, controlling_owner::<RoleSet>))
                 .owns_shared_stream(caches.podsets.subscribe())
-                .watches_shared_stream(caches.pods.subscribe(), gated_gang_owner)
+                .reconcile_on(owners_of_pods(&caches, gated_gang_owner))
                 .reconcile_on(providers.finished())
                 .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
@@ -169,7 +183,7 @@ async fn run_scope(
     let podsets = drive::<PodSet>(
         released(
             Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
-                .owns_shared_stream(caches.pods.subscribe())
+                .reconcile_on(owners_of_pods(&caches, controlling_owner::<PodSet>))
                 .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
             guard,

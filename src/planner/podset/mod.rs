@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::status::{ConditionStatus, Reason, condition, keep_transition_times};
+use crate::api::cached::meta::Pairs;
 use crate::api::keys::{CONDITION_REPLICA_FAILURE, LABEL_PAIRING_KEY, LABEL_ROLE_TEMPLATE_HASH};
 use crate::api::{PodSetPhase, PodSetStatus, RecoveryPolicy};
 use crate::planner::podgroup::Gang;
@@ -19,18 +20,15 @@ pub const PODSET_COUNTERS: &[&str] = &["readyPods", "totalPods"];
 /// and its pairing key (a paired role's new key) — as the merge patch that makes a pod
 /// labelled `pod` carry them; None when it does. A key the PodSet lacks is removed, a hash it
 /// lacks is left as it is.
-pub fn passed_on_labels(
-    podset: &BTreeMap<String, String>,
-    pod: &BTreeMap<String, String>,
-) -> Option<Value> {
+pub fn passed_on_labels(podset: &BTreeMap<String, String>, pod: &Pairs) -> Option<Value> {
     let mut changes = serde_json::Map::new();
     if let Some(hash) = podset.get(LABEL_ROLE_TEMPLATE_HASH)
-        && pod.get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash)
+        && pod.get(LABEL_ROLE_TEMPLATE_HASH) != Some(hash.as_str())
     {
         changes.insert(LABEL_ROLE_TEMPLATE_HASH.into(), json!(hash));
     }
     let key = podset.get(LABEL_PAIRING_KEY);
-    if pod.get(LABEL_PAIRING_KEY) != key {
+    if pod.get(LABEL_PAIRING_KEY) != key.map(String::as_str) {
         changes.insert(LABEL_PAIRING_KEY.into(), json!(key));
     }
     (!changes.is_empty()).then(|| json!({"metadata": {"labels": changes}}))
@@ -200,23 +198,28 @@ mod tests {
                 .collect()
         };
         let podset = labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h2"), (LABEL_PAIRING_KEY, "k2")]);
-        assert_eq!(passed_on_labels(&podset, &podset), None, "carried already");
+        let pod = |map: &BTreeMap<String, String>| Pairs::from(map);
         assert_eq!(
-            passed_on_labels(&podset, &labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h1")])),
+            passed_on_labels(&podset, &pod(&podset)),
+            None,
+            "carried already"
+        );
+        assert_eq!(
+            passed_on_labels(&podset, &pod(&labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h1")]))),
             Some(
                 json!({"metadata": {"labels": {LABEL_ROLE_TEMPLATE_HASH: "h2", LABEL_PAIRING_KEY: "k2"}}})
             )
         );
         let unpaired = labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h2")]);
         assert_eq!(
-            passed_on_labels(&unpaired, &podset),
+            passed_on_labels(&unpaired, &pod(&podset)),
             Some(json!({"metadata": {"labels": {LABEL_PAIRING_KEY: null}}})),
             "a key the PodSet no longer has goes"
         );
         assert_eq!(
             passed_on_labels(
                 &BTreeMap::new(),
-                &labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h1")])
+                &pod(&labels(&[(LABEL_ROLE_TEMPLATE_HASH, "h1")]))
             ),
             None,
             "a hash the PodSet lacks is left"

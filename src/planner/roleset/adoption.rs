@@ -9,11 +9,11 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::ResourceExt;
-use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use super::children::{RoleChildren, desired_pod, of_role, role_children};
 use super::in_place::adoptable;
+use crate::api::cached::meta::Labelled;
 use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     LABEL_PAIRING_KEY, LABEL_ROLE_TEMPLATE_HASH, LABEL_STORM_SERVICE_NAME,
@@ -54,7 +54,7 @@ pub fn adopt(
         .map(|image| serde_json::to_string(image).expect("a string serializes"))
         .collect();
     let by_name: BTreeMap<&str, &CachedPod> = of_role(pods, &role.name)
-        .filter_map(|p| Some((p.metadata.name.as_deref()?, p)))
+        .map(|p| (p.name(), p))
         .collect();
     let mut adopted = Vec::new();
     for view in children.children.iter_mut().filter(|v| {
@@ -227,15 +227,15 @@ fn roles_of(
         spec: template.spec.clone().unwrap_or_default(),
         ..live.clone()
     };
-    let owned = |meta: &kube::api::ObjectMeta| controlled_by(meta, &live.metadata);
+    let uid = live.metadata.uid.as_deref();
     let pods: Vec<Arc<CachedPod>> = pods
         .iter()
-        .filter(|p| owned(&p.metadata))
+        .filter(|p| uid.is_some() && p.metadata.controller_uid() == uid)
         .cloned()
         .collect();
     let podsets: Vec<Arc<PodSet>> = podsets
         .iter()
-        .filter(|p| owned(&p.metadata))
+        .filter(|p| controlled_by(&p.metadata, &live.metadata))
         .cloned()
         .collect();
     let roles: Vec<&RoleSpec> = target.spec.roles.iter().flatten().collect();
@@ -284,34 +284,29 @@ pub fn stale_revision_labels(
     podsets: &[Arc<PodSet>],
 ) -> Vec<String> {
     let key = pairing_key(&roleset.spec, &roleset.spec, &role.name);
-    let on_target = |child: &ObjectMeta| {
-        child.deletion_timestamp.is_none()
-            && child
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_ROLE_TEMPLATE_HASH))
-                .map(String::as_str)
-                == Some(target_hash)
+    let on_target = |child: &dyn Labelled, deleting: bool| {
+        !deleting && child.label(LABEL_ROLE_TEMPLATE_HASH) == Some(target_hash)
     };
-    let keyed_apart = |child: &ObjectMeta| {
-        child.labels.as_ref().and_then(|l| l.get(LABEL_PAIRING_KEY)) != key.as_ref()
-    };
+    let keyed_apart = |child: &dyn Labelled| child.label(LABEL_PAIRING_KEY) != key.as_deref();
     if children.gang {
         return of_role(podsets, &role.name)
-            .filter(|podset| on_target(&podset.metadata) && keyed_apart(&podset.metadata))
+            .filter(|podset| {
+                on_target(*podset, podset.metadata.deletion_timestamp.is_some())
+                    && keyed_apart(*podset)
+            })
             .map(ResourceExt::name_any)
             .collect();
     }
     let wanted = role_revision_labels(roleset, &role.name);
     of_role(pods, &role.name)
         .filter(|pod| {
-            on_target(&pod.metadata)
-                && (keyed_apart(&pod.metadata)
+            on_target(*pod, pod.is_deleting())
+                && (keyed_apart(*pod)
                     || wanted
                         .iter()
-                        .any(|(key, value)| pod.labels().get(key) != Some(value)))
+                        .any(|(key, value)| pod.labels().get(key) != Some(value.as_str())))
         })
-        .map(ResourceExt::name_any)
+        .map(|pod| pod.name().to_string())
         .collect()
 }
 
@@ -468,7 +463,9 @@ mod tests {
             "kind": "RoleSet", "name": "rs", "uid": "rs-uid", "controller": true}]);
         let owned = |pod: Arc<CachedPod>| {
             let mut pod = (*pod).clone();
-            pod.metadata.owner_references = serde_json::from_value(owner.clone()).unwrap();
+            let owners: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> =
+                serde_json::from_value(owner.clone()).unwrap();
+            pod.metadata.owner_references = owners.iter().map(Into::into).collect();
             Arc::new(pod)
         };
         let pods = vec![

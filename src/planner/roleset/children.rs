@@ -2,7 +2,6 @@
 //! a PodSet as one replica). Both halves of a pass read them: adoption (which pods a new
 //! RoleSet takes over) and the pass itself, so they live below both.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -10,8 +9,10 @@ use kube::ResourceExt;
 
 use super::in_place::pending_reason;
 use super::roles::{Draining, PodView};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::cached::meta::Labelled;
 use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     ANNOTATION_DRAIN_IN_FLIGHT, ANNOTATION_DRAIN_STARTED, ANNOTATION_IN_PLACE_TARGET_HASH,
@@ -93,13 +94,13 @@ pub(crate) fn partition(role: &RoleSpec) -> u32 {
 }
 
 /// The children in `all` labelled with `role`.
-pub(crate) fn of_role<'a, K: ResourceExt>(
+pub(crate) fn of_role<'a, K: Labelled>(
     all: &'a [Arc<K>],
     role: &'a str,
 ) -> impl Iterator<Item = &'a K> {
     all.iter()
         .map(|child| &**child)
-        .filter(move |child| child.labels().get(LABEL_ROLE_NAME).map(String::as_str) == Some(role))
+        .filter(move |child| child.label(LABEL_ROLE_NAME) == Some(role))
 }
 
 /// A PodSet seen as one replica of its role: Ready when its phase is Ready (available once
@@ -108,13 +109,13 @@ pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
     let phase = podset.status.as_ref().and_then(|s| s.phase);
     let ready = phase == Some(PodSetPhase::Ready);
     let ready_since = podset_condition_since(podset, CONDITION_READY, "True");
-    let draining = draining(podset.annotations(), || {
+    let draining = draining(podset, || {
         podset_condition_since(podset, CONDITION_READY, "False")
     });
     let available = clock.of(ready && draining.is_none(), ready_since);
     PodView {
         name: podset.name_any(),
-        hash: template_label(podset.labels()),
+        hash: template_label(podset),
         running: phase != Some(PodSetPhase::Failed),
         terminating: podset.metadata.deletion_timestamp.is_some(),
         ready,
@@ -130,8 +131,8 @@ pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
                 g.iter()
                     .any(|g| g.condition_type == CONDITION_PAIRING_SERVABLE)
             }),
-        created: created(&podset.metadata),
-        slot: slot_of(podset.labels()),
+        created: created(podset.metadata.creation_timestamp.as_ref()),
+        slot: slot_of(podset),
         in_place_target: None,
         in_place_pending: None,
         draining,
@@ -141,22 +142,20 @@ pub(crate) fn podset_view(podset: &PodSet, clock: Availability) -> PodView {
 /// A pod seen as one replica of its role (`gated` left false: [`role_children`] reads it
 /// where it matters).
 pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
-    let draining = draining(pod.annotations(), || {
-        pod.condition_since(CONDITION_READY, "False")
-    });
+    let draining = draining(pod, || pod.condition_since(CONDITION_READY, "False"));
     let available = clock.of(pod.ready() && draining.is_none(), pod.ready_since());
     PodView {
-        name: pod.name_any(),
-        hash: template_label(pod.labels()),
+        name: pod.name().to_string(),
+        hash: template_label(pod),
         running: !matches!(pod.phase(), Some("Succeeded" | "Failed")),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
+        terminating: pod.is_deleting(),
         ready: pod.ready(),
         available: available.now,
         available_at: available.at,
         gated: false,
-        created: created(&pod.metadata),
-        slot: slot_of(pod.labels()),
-        in_place_target: in_place_target(pod).cloned(),
+        created: created(pod.metadata.creation_timestamp.as_ref()),
+        slot: slot_of(pod),
+        in_place_target: in_place_target(pod).map(str::to_string),
         in_place_pending: in_place_target(pod).and_then(|_| pending_reason(&pod.without_spec())),
         draining,
     }
@@ -165,16 +164,16 @@ pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
 /// A child's drain, from its annotations (docs/rollouts.md#drain-before-delete); an
 /// unreadable start is no drain. `out_since`: since when it has not been Ready.
 fn draining(
-    annotations: &BTreeMap<String, String>,
+    child: &impl Labelled,
     out_since: impl FnOnce() -> Option<i64>,
 ) -> Option<Draining> {
-    let started = annotations.get(ANNOTATION_DRAIN_STARTED)?;
+    let started = child.annotation(ANNOTATION_DRAIN_STARTED)?;
     let started = started.parse::<Timestamp>().ok()?.as_second();
     Some(Draining {
         started,
         out_since: out_since(),
-        noted: annotations
-            .get(ANNOTATION_DRAIN_IN_FLIGHT)
+        noted: child
+            .annotation(ANNOTATION_DRAIN_IN_FLIGHT)
             .and_then(|n| n.parse().ok()),
     })
 }
@@ -193,32 +192,30 @@ fn podset_condition_since(podset: &PodSet, type_: &str, status: &str) -> Option<
         .map(|t| t.0.as_second())
 }
 
-fn template_label(labels: &BTreeMap<String, String>) -> String {
-    labels
-        .get(LABEL_ROLE_TEMPLATE_HASH)
-        .cloned()
+fn template_label(child: &impl Labelled) -> String {
+    child
+        .label(LABEL_ROLE_TEMPLATE_HASH)
         .unwrap_or_default()
+        .to_string()
 }
 
-fn created(meta: &kube::api::ObjectMeta) -> i64 {
-    meta.creation_timestamp
-        .as_ref()
-        .map_or(0, |t| t.0.as_second())
+fn created(at: Option<&Time>) -> i64 {
+    at.map_or(0, |t| t.0.as_second())
 }
 
-fn slot_of(labels: &BTreeMap<String, String>) -> Option<u32> {
-    labels
-        .get(LABEL_ROLE_REPLICA_INDEX)
+fn slot_of(child: &impl Labelled) -> Option<u32> {
+    child
+        .label(LABEL_ROLE_REPLICA_INDEX)
         .and_then(|i| i.parse().ok())
 }
 
-pub(crate) fn in_place_target(pod: &impl ResourceExt) -> Option<&String> {
-    pod.annotations().get(ANNOTATION_IN_PLACE_TARGET_HASH)
+pub(crate) fn in_place_target(pod: &impl Labelled) -> Option<&str> {
+    pod.annotation(ANNOTATION_IN_PLACE_TARGET_HASH)
 }
 
 /// The pod a role would create now in the place of `pod` (same slot).
 pub(crate) fn desired_pod(roleset: &RoleSet, role: &RoleSpec, hash: &str, pod: &Pod) -> Pod {
-    match slot_of(pod.labels()) {
+    match slot_of(pod) {
         Some(slot) if role.stateful == Some(true) => stateful_pod(roleset, role, hash, slot),
         _ => stateless_pod(roleset, role, hash),
     }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
+use crate::api::cached::meta::Labelled;
 use crate::api::cached::pod::CachedPod;
 use kube::ResourceExt;
 use serde_json::Value;
@@ -238,7 +239,7 @@ pub fn decide(input: PassInput<'_>) -> Pass {
         // Children of the other kind are left over from a podGroupSize change.
         if children.gang {
             pass.orphan_pods
-                .extend(of_role(input_pods, &role.name).map(|p| p.name_any()));
+                .extend(of_role(input_pods, &role.name).map(|p| p.name().to_string()));
         } else {
             pass.orphan_podsets
                 .extend(of_role(input_podsets, &role.name).map(|p| p.name_any()));
@@ -385,10 +386,7 @@ fn traffic(
         .start
         .iter()
         .flat_map(|unit| match members.members(&unit.name) {
-            Some(pods) => pods
-                .iter()
-                .filter_map(|p| p.metadata.name.as_deref())
-                .collect(),
+            Some(pods) => pods.iter().map(|p| p.name()).collect(),
             None => vec![unit.name.as_str()],
         })
         .collect();
@@ -430,16 +428,16 @@ fn retire_children(
     pass: &mut Pass,
 ) {
     // The role of a child whose role the spec no longer has (or that has none).
-    fn removed<'l>(labels: &'l BTreeMap<String, String>, specs: &[&RoleSpec]) -> Option<&'l str> {
-        let role = labels.get(LABEL_ROLE_NAME).map_or("", String::as_str);
+    fn removed<'l>(child: &'l impl Labelled, specs: &[&RoleSpec]) -> Option<&'l str> {
+        let role = child.label(LABEL_ROLE_NAME).unwrap_or_default();
         (!specs.iter().any(|r| r.name == role)).then_some(role)
     }
     let mut pods: Vec<(PodView, &str, Option<Drain>)> = observed
         .pods
         .iter()
         .filter_map(|p| {
-            let role = removed(p.labels(), specs)?;
-            let drain = Drain::of_child(p.annotations());
+            let role = removed(&**p, specs)?;
+            let drain = Drain::of_child(&**p);
             // Whether it carries the gate costs a parse of its spec: read for a drain only.
             let gated = drain.is_some() && serving::gated(p);
             let view = PodView {
@@ -453,12 +451,8 @@ fn retire_children(
         .podsets
         .iter()
         .filter_map(|p| {
-            let role = removed(p.labels(), specs)?;
-            Some((
-                podset_view(p, clock),
-                role,
-                Drain::of_child(p.annotations()),
-            ))
+            let role = removed(&**p, specs)?;
+            Some((podset_view(p, clock), role, Drain::of_child(&**p)))
         })
         .collect();
     let now = clock.now;
@@ -493,7 +487,7 @@ fn retire_children(
         let by_name: BTreeMap<&str, &CachedPod> = observed
             .pods
             .iter()
-            .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
+            .map(|p| (p.name(), &**p))
             .collect();
         let units = retired_out.keys().map(String::as_str);
         pass.gates.extend(serving::gates(
@@ -588,8 +582,8 @@ fn serve(
     let pods: BTreeMap<&str, &CachedPod> = input
         .pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| Some((p.metadata.name.as_deref()?, &**p)))
+        .filter(|p| !p.is_deleting())
+        .map(|p| (p.name(), &**p))
         .collect();
     let units = roles.iter().flat_map(|role| {
         let paired = group_of(&roleset.spec, &role.name).is_some();
@@ -817,8 +811,7 @@ fn in_place_writes(
     pods: &[Arc<CachedPod>],
 ) -> InPlaceWrites {
     let find = |name: &str| {
-        pods.iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
+        pods.iter().find(|p| p.name() == name)
     };
     // The few pods whose update starts or completes now, their specs decoded.
     let whole = |name: &str| find(name).and_then(|p| p.to_pod().ok());
@@ -831,9 +824,8 @@ fn in_place_writes(
         .in_place_pending
         .iter()
         .filter(|(name, reason)| {
-            let recorded = find(name)
-                .and_then(|p| p.annotations().get(ANNOTATION_IN_PLACE_PENDING_REASON))
-                .map(String::as_str);
+            let recorded =
+                find(name).and_then(|p| p.annotations().get(ANNOTATION_IN_PLACE_PENDING_REASON));
             recorded != Some(reason.as_str())
         })
         .map(|(name, reason)| (name.clone(), reason.as_str()))
@@ -868,10 +860,8 @@ fn ineligible_pods<'a>(
     target_hash: &str,
     pods: impl Iterator<Item = &'a CachedPod>,
 ) -> BTreeMap<String, String> {
-    pods.filter(|p| {
-        p.labels().get(LABEL_ROLE_TEMPLATE_HASH).map(String::as_str) != Some(target_hash)
-    })
-    .filter(|p| in_place_target(*p).map(String::as_str) != Some(target_hash))
+    pods.filter(|p| p.labels().get(LABEL_ROLE_TEMPLATE_HASH) != Some(target_hash))
+    .filter(|p| in_place_target(*p) != Some(target_hash))
     .filter_map(|cached| {
         let why = match cached.to_pod() {
             Ok(pod) => {
@@ -880,7 +870,7 @@ fn ineligible_pods<'a>(
             }
             Err(e) => format!("its spec does not decode: {e}"),
         };
-        Some((cached.name_any(), why))
+        Some((cached.name().to_string(), why))
     })
     .collect()
 }
@@ -905,7 +895,7 @@ fn topology_pending(
     for role in roles {
         let role = role.name.as_str();
         stale_pods += of_role(pods, role)
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| !p.is_deleting())
             .filter(|p| {
                 let spec = PodSpec {
                     affinity: p.affinity(),
