@@ -169,7 +169,7 @@ checked_status!(RoleSet);
 checked_status!(PodSet);
 
 impl CheckedStatus for super::cached::pod::WatchedPod {}
-impl CheckedStatus for super::cached::revision::CachedRevision {}
+impl CheckedStatus for super::cached::revision::WatchedRevision {}
 impl CheckedStatus for k8s_openapi::api::apps::v1::ControllerRevision {}
 impl CheckedStatus for k8s_openapi::api::core::v1::Service {}
 impl CheckedStatus for k8s_openapi::api::core::v1::Pod {}

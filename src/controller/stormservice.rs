@@ -29,7 +29,8 @@ use crate::api::analysis::AnalysisPhase;
 use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
-use crate::api::{Condition, RoleSet, StormService, controlled_by};
+use crate::api::cached::service::CachedService;
+use crate::api::{Condition, RoleSet, StormService};
 use crate::planner::render::{headless_service, headless_service_repair};
 use crate::planner::requeue::{self, StormServiceWaits};
 use crate::planner::revision::{
@@ -399,7 +400,7 @@ async fn sync_headless_service(
         .caches
         .services
         .get(&namespace, &name)
-        .filter(|s| controlled_by(&s.metadata, &service.metadata));
+        .filter(|s| s.metadata.controlled_by(&service.metadata));
     let existing = match cached {
         Some(ours) => ours,
         None => {
@@ -418,7 +419,7 @@ async fn sync_headless_service(
                 }
                 // Somebody else's, or ours from before it was labelled: read it once.
                 Created::Exists => match writes.get(&name).await? {
-                    Some(existing) => Arc::new(existing),
+                    Some(existing) => Arc::new(CachedService::from(&existing)),
                     None => return Ok(None),
                 },
                 Created::Refused(message) => {
@@ -427,7 +428,7 @@ async fn sync_headless_service(
             }
         }
     };
-    if !controlled_by(&existing.metadata, &service.metadata) {
+    if !existing.metadata.controlled_by(&service.metadata) {
         let message = format!(
             "Service {name} exists and is not controlled by this StormService; squall \
              leaves it alone, so it may not select this service's pods. Delete or rename it \

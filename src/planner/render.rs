@@ -13,6 +13,8 @@ use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
+use crate::api::cached::meta::Pairs;
+use crate::api::cached::service::CachedService;
 use crate::api::keys::{
     ANNOTATION_DRAIN_POLICY, ANNOTATION_ROLE_REVISION_NAME_PREFIX, ANNOTATION_ROLE_REVISION_PREFIX,
     ANNOTATION_ROLESET_INDEX, CONDITION_PAIRING_SERVABLE, FINALIZER_PODSET, LABEL_PAIRING_KEY,
@@ -560,17 +562,12 @@ pub fn headless_service(service: &StormService) -> Service {
 /// The merge patch that restores what squall keeps of the headless Service of the
 /// StormService `name` — its label, selector and `publishNotReadyAddresses` — when any of them
 /// drifted; None when none did (everything else on it is left as it is).
-pub fn headless_service_repair(existing: &Service, name: &str) -> Option<Value> {
+pub fn headless_service_repair(existing: &CachedService, name: &str) -> Option<Value> {
     let selector = BTreeMap::from([(LABEL_STORM_SERVICE_NAME.to_string(), name.to_string())]);
-    let spec = existing.spec.as_ref();
-    let labelled = existing
-        .labels()
-        .get(LABEL_STORM_SERVICE_NAME)
-        .map(String::as_str)
-        == Some(name);
+    let labelled = existing.metadata.labels.get(LABEL_STORM_SERVICE_NAME) == Some(name);
     let drifted = !labelled
-        || spec.and_then(|s| s.selector.as_ref()) != Some(&selector)
-        || spec.and_then(|s| s.publish_not_ready_addresses) != Some(true);
+        || existing.selector != Pairs::from(&selector)
+        || existing.publish_not_ready_addresses != Some(true);
     drifted.then(|| {
         serde_json::json!({
             "metadata": {"labels": {LABEL_STORM_SERVICE_NAME: name}},
@@ -919,7 +916,7 @@ mod tests {
         );
         assert_eq!(rendered.owner_references()[0].uid, "u-1");
         assert_eq!(
-            headless_service_repair(&rendered, "svc"),
+            headless_service_repair(&CachedService::from(&rendered), "svc"),
             None,
             "as rendered"
         );
@@ -927,7 +924,7 @@ mod tests {
         let mut drifted = rendered.clone();
         drifted.spec.as_mut().unwrap().publish_not_ready_addresses = None;
         drifted.spec.as_mut().unwrap().ports = Some(vec![Default::default()]);
-        let patch = headless_service_repair(&drifted, "svc").unwrap();
+        let patch = headless_service_repair(&CachedService::from(&drifted), "svc").unwrap();
         assert_eq!(patch["spec"]["publishNotReadyAddresses"], json!(true));
         assert!(
             patch["spec"].get("ports").is_none(),
@@ -935,7 +932,7 @@ mod tests {
         );
         let mut unlabelled = rendered;
         unlabelled.metadata.labels = None;
-        assert!(headless_service_repair(&unlabelled, "svc").is_some());
+        assert!(headless_service_repair(&CachedService::from(&unlabelled), "svc").is_some());
     }
 
     /// Pairing keys (docs/rollouts.md#pairing).

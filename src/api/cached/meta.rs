@@ -276,6 +276,12 @@ impl CachedMeta {
         self.controller().map(|o| o.uid.as_str())
     }
 
+    /// Whether `owner` (by UID) is the controlling owner: an owner recreated under the same
+    /// name inherits nothing of its predecessor's.
+    pub fn controlled_by(&self, owner: &ObjectMeta) -> bool {
+        owner.uid.is_some() && self.controller_uid() == owner.uid.as_deref()
+    }
+
     /// Whether the controlling owner is of `kind`.
     pub fn controlled_by_kind(&self, kind: &str) -> bool {
         self.controller().is_some_and(|o| o.kind.as_str() == kind)
@@ -313,6 +319,77 @@ impl<K: kube::Resource> Labelled for K {
         self.meta().annotations.as_ref()?.get(key).map(String::as_str)
     }
 }
+
+/// A cached kind whose metadata is a [`CachedMeta`].
+pub trait WithCachedMeta {
+    /// Its metadata.
+    fn cached_meta(&self) -> &CachedMeta;
+}
+
+/// Implements [`WithCachedMeta`], [`Labelled`] and the reflector's `Lookup` (what a cache's store keys by
+/// and controllers reference objects by) for a cached kind with a `metadata: CachedMeta`,
+/// given its kind, group, version and plural.
+macro_rules! cached_kind {
+    ($type:ty, $kind:literal, $group:literal, $version:literal, $plural:literal) => {
+        impl $crate::api::cached::meta::WithCachedMeta for $type {
+            fn cached_meta(&self) -> &$crate::api::cached::meta::CachedMeta {
+                &self.metadata
+            }
+        }
+
+        impl $crate::api::cached::meta::Labelled for $type {
+            fn label(&self, key: &str) -> Option<&str> {
+                self.metadata.labels.get(key)
+            }
+
+            fn annotation(&self, key: &str) -> Option<&str> {
+                self.metadata.annotations.get(key)
+            }
+        }
+
+        impl kube::runtime::reflector::Lookup for $type {
+            type DynamicType = ();
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                Some(std::borrow::Cow::Borrowed(&self.metadata.name))
+            }
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.metadata
+                    .namespace
+                    .as_deref()
+                    .map(std::borrow::Cow::Borrowed)
+            }
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.metadata
+                    .resource_version
+                    .as_deref()
+                    .map(std::borrow::Cow::Borrowed)
+            }
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self.metadata.uid.as_deref().map(std::borrow::Cow::Borrowed)
+            }
+            /// Keyed by namespace and name alone: the store's key would otherwise copy the
+            /// version and UID too, which no lookup compares.
+            fn to_object_ref(&self, dyntype: ()) -> kube::runtime::reflector::ObjectRef<Self> {
+                kube::runtime::reflector::ObjectRef::new_with(&self.metadata.name, dyntype)
+                    .within(self.metadata.namespace())
+            }
+        }
+    };
+}
+pub(crate) use cached_kind;
 
 #[cfg(test)]
 mod tests {

@@ -6,4 +6,5 @@ pub mod meta;
 pub mod packed;
 pub mod pod;
 pub mod revision;
+pub mod service;
 pub mod shared;

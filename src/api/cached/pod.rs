@@ -219,55 +219,7 @@ impl kube::Resource for WatchedPod {
     }
 }
 
-/// The pod cache's keys and the controllers' object references: what a `Resource` reads of
-/// its `ObjectMeta`, read from the compact metadata.
-impl kube::runtime::reflector::Lookup for CachedPod {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.metadata.name))
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.metadata.namespace.as_deref().map(Cow::Borrowed)
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.metadata.resource_version.as_deref().map(Cow::Borrowed)
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        self.metadata.uid.as_deref().map(Cow::Borrowed)
-    }
-    /// Keyed by namespace and name alone: the store's key would otherwise copy the version
-    /// and UID too, which no lookup compares.
-    fn to_object_ref(&self, dyntype: ()) -> kube::runtime::reflector::ObjectRef<Self> {
-        kube::runtime::reflector::ObjectRef::new_with(&self.metadata.name, dyntype)
-            .within(self.metadata.namespace())
-    }
-}
-
-impl super::meta::Labelled for CachedPod {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
-    }
-
-    fn annotation(&self, key: &str) -> Option<&str> {
-        self.metadata.annotations.get(key)
-    }
-}
+super::meta::cached_kind!(CachedPod, "Pod", "", "v1", "pods");
 
 impl CachedPod {
     /// Its name.

@@ -3,7 +3,8 @@
 //! of it takes ten: a map of three keys allocates room for eleven. Every StormService keeps
 //! up to `revisionHistoryLimit` of them, so the cache keeps the data as the API server's
 //! JSON text (packed: [`super::packed`]) and a reconcile decodes the few revisions it reads
-//! ([`CachedRevision::to_revision`]).
+//! ([`CachedRevision::to_revision`]). Its metadata is kept compact ([`super::meta`]); a
+//! watch reads it as a [`WatchedRevision`].
 
 use std::borrow::Cow;
 
@@ -12,11 +13,44 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use serde::{Deserialize, Serialize};
 
+use super::meta::CachedMeta;
 use super::packed::PackedJson;
 
 /// A cached ControllerRevision: metadata, number, and the data as JSON text.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct CachedRevision {
+    /// As the API server sent it, compact.
+    #[serde(default)]
+    pub metadata: CachedMeta,
+    /// The revision's number.
+    #[serde(default)]
+    pub revision: i64,
+    /// The data's JSON, undecoded (packed against a sibling's by the cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<PackedJson>,
+}
+
+super::meta::cached_kind!(
+    CachedRevision,
+    "ControllerRevision",
+    "apps",
+    "v1",
+    "controllerrevisions"
+);
+
+impl From<WatchedRevision> for CachedRevision {
+    fn from(revision: WatchedRevision) -> Self {
+        Self {
+            metadata: CachedMeta::from(&revision.metadata),
+            revision: revision.revision,
+            data: revision.data,
+        }
+    }
+}
+
+/// A revision as a watch reads it: a [`CachedRevision`] whose metadata is still the API's.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct WatchedRevision {
     /// As the API server sent it.
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -28,7 +62,7 @@ pub struct CachedRevision {
     pub data: Option<PackedJson>,
 }
 
-impl kube::Resource for CachedRevision {
+impl kube::Resource for WatchedRevision {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
@@ -61,7 +95,7 @@ impl CachedRevision {
     /// planner reports as a malformed revision.
     pub fn to_revision(&self) -> ControllerRevision {
         ControllerRevision {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.to_object_meta(),
             revision: self.revision,
             data: self
                 .data

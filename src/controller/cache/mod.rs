@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ObjectReference, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
@@ -36,7 +36,8 @@ use serde::de::DeserializeOwned;
 use crate::api::bounded_status::CheckedStatus;
 use crate::api::cached::packed::Dictionaries;
 use crate::api::cached::pod::{CachedPod, WatchedPod};
-use crate::api::cached::revision::CachedRevision;
+use crate::api::cached::revision::{CachedRevision, WatchedRevision};
+use crate::api::cached::service::CachedService;
 use crate::api::cached::shared::{Interner, Shared};
 use crate::api::keys::LABEL_ROLE_TEMPLATE_HASH;
 use crate::api::{RoleSet, RoleSpec, StormService, controller_uid};
@@ -108,22 +109,8 @@ static REVISION_DATA: std::sync::LazyLock<Dictionaries> =
 /// namespace's StormServices hold templates that differ in a few fields).
 pub fn share_revision_data(revision: &mut CachedRevision) {
     if let Some(data) = revision.data.take() {
-        let namespace = revision.metadata.namespace.as_deref().unwrap_or_default();
+        let namespace = revision.metadata.namespace();
         revision.data = Some(REVISION_DATA.pack(namespace, data));
-    }
-}
-
-/// A headless Service as far as its StormService's reconcile reads it (whether its
-/// selection drifted: `planner::render::headless_service_repair`): its metadata, selector and
-/// `publishNotReadyAddresses`. Ports, IPs and status are several times that, and unread.
-pub fn keep_service_selection(service: &mut Service) {
-    service.status = None;
-    if let Some(spec) = service.spec.take() {
-        service.spec = Some(ServiceSpec {
-            selector: spec.selector,
-            publish_not_ready_addresses: spec.publish_not_ready_addresses,
-            ..ServiceSpec::default()
-        });
     }
 }
 
@@ -205,8 +192,6 @@ stored_as_watched!(
     RoleSet,
     StormService,
     crate::api::PodSet,
-    CachedRevision,
-    Service,
     k8s_openapi::api::core::v1::Pod,
 );
 
@@ -223,6 +208,38 @@ impl<S: crate::api::podgroup::SchedulerKind> Cached for crate::api::podgroup::Po
 
     fn is_deleting(&self) -> bool {
         self.meta().deletion_timestamp.is_some()
+    }
+}
+
+impl Cached for CachedService {
+    type Watched = Service;
+
+    fn stored(watched: Service) -> Self {
+        CachedService::from(&watched)
+    }
+
+    fn controller_uid(&self) -> Option<&str> {
+        self.metadata.controller_uid()
+    }
+
+    fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+}
+
+impl Cached for CachedRevision {
+    type Watched = WatchedRevision;
+
+    fn stored(watched: WatchedRevision) -> Self {
+        watched.into()
+    }
+
+    fn controller_uid(&self) -> Option<&str> {
+        self.metadata.controller_uid()
+    }
+
+    fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
     }
 }
 
@@ -288,14 +305,6 @@ impl<K: Cached> Default for Index<K> {
 /// What a cache knows of the watched objects that do not decode whole, by key: the version
 /// last reported, and why.
 type Problems<K> = HashMap<ObjectRef<K>, (Option<String>, String)>;
-
-/// Whether `object` is controlled by an object of kind `O`.
-pub fn controlled_by_kind<O: Resource<DynamicType = ()>>(meta: &kube::api::ObjectMeta) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == O::kind(&()))
-}
 
 /// Drops what no controller reads before an object is stored: the managed-fields record and
 /// the last-applied copy (together often larger than the object itself).
@@ -774,7 +783,11 @@ mod tests {
         Cache::new(
             Api::all(client),
             watcher::Config::default(),
-            |p: &Pod| controlled_by_kind::<crate::api::RoleSet>(&p.metadata),
+            |p: &Pod| {
+                p.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && o.kind == "RoleSet")
+            },
             Arc::new(Metrics::default()),
         )
     }
@@ -978,7 +991,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cached_headless_service_keeps_what_its_repair_reads() {
-        let (cache, mut driver) = empty_cache(keep_service_selection);
+        let (cache, mut driver) = empty_cache::<CachedService>(|_| {});
         let service = |selector: &str| {
             serde_json::from_value::<Decoded<Service>>(serde_json::json!({
                 "metadata": {"name": "llm", "namespace": "ns", "uid": "s", "resourceVersion": "1",
@@ -993,11 +1006,7 @@ mod tests {
         driver.feed(watcher::Event::InitApply(service("llm"))).await;
         driver.feed(watcher::Event::InitDone).await;
         let cached = cache.get("ns", "llm").unwrap();
-        let spec = cached.spec.as_ref().unwrap();
-        assert_eq!(
-            (spec.ports.as_ref(), spec.cluster_ip.as_ref()),
-            (None, None)
-        );
+        assert_eq!(cached.selector.get(LABEL_STORM_SERVICE_NAME), Some("llm"));
         assert_eq!(
             crate::planner::render::headless_service_repair(&cached, "llm"),
             None

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Service;
 use kube::{Client, Resource};
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -11,9 +10,10 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::podgroups;
-use super::{Cache, Cached, DecodeWarning, Driver, controlled_by_kind, decoded};
+use super::{Cache, Cached, DecodeWarning, Driver, decoded};
 use crate::api::cached::pod::CachedPod;
 use crate::api::cached::revision::CachedRevision;
+use crate::api::cached::service::CachedService;
 use crate::api::keys::{FIELD_MANAGER, LABEL_REVISION_OWNER, LABEL_STORM_SERVICE_NAME};
 use crate::api::podgroup::PodGroupCrds;
 use crate::api::{PodSet, RoleSet, StormService};
@@ -35,7 +35,7 @@ pub struct Caches {
     /// ControllerRevisions controlled by a StormService.
     pub revisions: Arc<Cache<CachedRevision>>,
     /// Headless Services controlled by a StormService.
-    pub services: Arc<Cache<Service>>,
+    pub services: Arc<Cache<CachedService>>,
     /// The gang schedulers' PodGroups, each cache started once its CRD is found.
     pub podgroups: Arc<podgroups::PodGroupCaches>,
 }
@@ -54,7 +54,7 @@ pub struct Drivers {
     /// Fills [`Caches::revisions`].
     pub revisions: Driver<CachedRevision>,
     /// Fills [`Caches::services`].
-    pub services: Driver<Service>,
+    pub services: Driver<CachedService>,
 }
 
 impl Caches {
@@ -127,12 +127,12 @@ impl Caches {
         let (revisions, revisions_driver) = cache!(
             CachedRevision,
             all().labels(LABEL_REVISION_OWNER),
-            |r: &CachedRevision| controlled_by_kind::<StormService>(&r.metadata)
+            |r: &CachedRevision| r.metadata.controlled_by_kind(&StormService::kind(&()))
         );
         let (services, services_driver) = cache!(
-            Service,
+            CachedService,
             all().labels(LABEL_STORM_SERVICE_NAME),
-            |s: &Service| controlled_by_kind::<StormService>(&s.metadata)
+            |s: &CachedService| s.metadata.controlled_by_kind(&StormService::kind(&()))
         );
         let caches = Self {
             pods,
@@ -149,7 +149,7 @@ impl Caches {
             rolesets: rolesets_driver.sharing(super::share_roleset_templates),
             stormservices: stormservices_driver.sharing(super::share_stormservice_templates),
             revisions: revisions_driver.sharing(super::share_revision_data),
-            services: services_driver.sharing(super::keep_service_selection),
+            services: services_driver,
         };
         (Arc::new(caches), drivers)
     }

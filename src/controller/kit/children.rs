@@ -13,6 +13,7 @@ use kube::Resource;
 use super::context::Context;
 use super::error::{Error, refusal};
 use super::expectations::cache_settles;
+use crate::api::cached::meta::WithCachedMeta;
 use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
     CONDITION_PAIRING_SERVABLE, LABEL_PAIRING_KEY, LABEL_PODSET_NAME, LABEL_ROLESET_NAME,
@@ -34,12 +35,15 @@ pub fn owned_children<K: Cached, O: kube::Resource>(cache: &Cache<K>, owner: &O)
         .unwrap_or_default()
 }
 
-/// The owner of kind `O` a pod's change is for: its controller, in its namespace (what
-/// `Controller::owns` maps a child to, for a pod the cache keeps compact).
-pub fn controlling_owner<O: Resource<DynamicType = ()>>(pod: &CachedPod) -> Option<ObjectRef<O>> {
-    let owner = pod.metadata.controller()?;
+/// The owner of kind `O` a child's change is for: its controller, in its namespace (what
+/// `Controller::owns` maps a child to, for a child the cache keeps compact).
+pub fn controlling_owner<O: Resource<DynamicType = ()>, C: WithCachedMeta>(
+    child: &C,
+) -> Option<ObjectRef<O>> {
+    let meta = child.cached_meta();
+    let owner = meta.controller()?;
     (owner.kind.as_str() == O::kind(&()) && owner.api_version.as_str() == O::api_version(&()))
-        .then(|| ObjectRef::new(&owner.name).within(pod.namespace()))
+        .then(|| ObjectRef::new(&owner.name).within(meta.namespace()))
 }
 
 /// The RoleSet a gated gang's pod changes matter to, beside its PodSet: its serving gate

@@ -12,12 +12,12 @@ use tokio::sync::watch;
 use super::children::{controlling_owner, gated_gang_owner};
 use super::context::Context;
 use super::owner::{Owner, error_policy, measured, reconcile};
-use crate::api::cached::pod::CachedPod;
 use crate::api::podgroup::PodGroupCrds;
 use crate::api::{PodSet, RoleSet, StormService};
 use crate::controller::aibrix_guard::{self, AibrixGuard};
 use crate::controller::analysis;
 use crate::controller::cache::scope::Caches;
+use crate::controller::cache::{Cache, Cached};
 use crate::metrics::Metrics;
 
 /// Reconciles one controller runs at once. Each sends its writes one after another, so this
@@ -136,16 +136,15 @@ where
     }
 }
 
-/// The owners `owner` maps each pod change to: how a controller subscribes to the pods it
-/// owns or watches (the pod cache keeps them compact, not as a `Resource`).
-fn owners_of_pods<K: Resource<DynamicType = ()> + 'static>(
-    caches: &Caches,
-    owner: fn(&CachedPod) -> Option<ObjectRef<K>>,
+/// The owners `owner` maps each change of `cache` to: how a controller subscribes to the
+/// children it owns or watches of a kind the caches keep compact (not as a `Resource`).
+fn owners_of<C: Cached, K: Resource<DynamicType = ()> + 'static>(
+    cache: &Cache<C>,
+    owner: fn(&C) -> Option<ObjectRef<K>>,
 ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
-    caches
-        .pods
+    cache
         .subscribe()
-        .filter_map(move |pod| std::future::ready(owner(&pod)))
+        .filter_map(move |child| std::future::ready(owner(&child)))
 }
 
 async fn run_scope(
@@ -169,9 +168,9 @@ async fn run_scope(
     let rolesets = drive::<RoleSet>(
         released(
             Controller::for_shared_stream(caches.rolesets.subscribe(), caches.rolesets.reader())
-                .reconcile_on(owners_of_pods(&caches, controlling_owner::<RoleSet>))
+                .reconcile_on(owners_of(&caches.pods, controlling_owner::<RoleSet, _>))
                 .owns_shared_stream(caches.podsets.subscribe())
-                .reconcile_on(owners_of_pods(&caches, gated_gang_owner))
+                .reconcile_on(owners_of(&caches.pods, gated_gang_owner))
                 .reconcile_on(providers.finished())
                 .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
@@ -183,7 +182,7 @@ async fn run_scope(
     let podsets = drive::<PodSet>(
         released(
             Controller::for_shared_stream(caches.podsets.subscribe(), caches.podsets.reader())
-                .reconcile_on(owners_of_pods(&caches, controlling_owner::<PodSet>))
+                .reconcile_on(owners_of(&caches.pods, controlling_owner::<PodSet, _>))
                 .reconcile_on(caches.podgroups.changed_owners())
                 .reconcile_all_on(caches.podgroups.found()),
             guard,
@@ -198,8 +197,14 @@ async fn run_scope(
                 caches.stormservices.reader(),
             )
             .owns_shared_stream(caches.rolesets.subscribe())
-            .owns_shared_stream(caches.revisions.subscribe())
-            .owns_shared_stream(caches.services.subscribe())
+            .reconcile_on(owners_of(
+                &caches.revisions,
+                controlling_owner::<StormService, _>,
+            ))
+            .reconcile_on(owners_of(
+                &caches.services,
+                controlling_owner::<StormService, _>,
+            ))
             .reconcile_on(providers.finished()),
             guard,
         ),
