@@ -49,6 +49,16 @@ impl Atom {
         Self(held)
     }
 
+    /// The one copy of `text`, when some object holds it now.
+    pub fn existing(text: &str) -> Option<Self> {
+        let atoms = ATOMS.lock().expect("atoms lock");
+        atoms
+            .held
+            .get(text)
+            .filter(|held| Arc::strong_count(held) > 1)
+            .map(|held| Self(held.clone()))
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -59,6 +69,13 @@ impl std::ops::Deref for Atom {
     type Target = str;
 
     fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Maps keyed by atoms are looked up by text.
+impl std::borrow::Borrow<str> for Atom {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }

@@ -34,6 +34,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::bounded_status::CheckedStatus;
+use crate::api::cached::meta::Atom;
 use crate::api::cached::packed::Dictionaries;
 use crate::api::cached::pod::{CachedPod, WatchedPod};
 use crate::api::cached::revision::{CachedRevision, WatchedRevision};
@@ -272,20 +273,29 @@ pub struct Cache<K: Cached> {
 struct Entry<K> {
     /// The object as stored (a deletion during a relist still names its owner).
     object: Arc<K>,
-    owner: Option<String>,
-    bytes: usize,
+    /// Its name, held once for this map and [`ByOwner`].
+    name: Arc<str>,
+    owner: Option<Atom>,
+    bytes: u32,
 }
 
-/// Children by their controlling owner's UID, then their own namespace, then name.
-type ByOwner<K> = HashMap<String, HashMap<String, BTreeMap<String, Arc<K>>>>;
+/// Stored objects by namespace, then name.
+type Entries<K> = HashMap<Atom, HashMap<Arc<str>, Entry<K>>>;
+
+/// Children by their controlling owner's UID, then their own namespace, then name: one
+/// ordered map, so an owner with one child costs one entry (not a map of its own), and the
+/// children of one owner are one range.
+type ByOwner<K> = BTreeMap<(Atom, Atom, Arc<str>), Arc<K>>;
 
 struct Index<K: Cached> {
-    entries: HashMap<ObjectRef<K>, Entry<K>>,
+    entries: Entries<K>,
+    /// How many objects `entries` holds.
+    len: usize,
     by_owner: ByOwner<K>,
     bytes: usize,
-    /// Children already reported for claiming an owner in another namespace (each is
-    /// reported once while it is stored).
-    foreign: HashSet<ObjectRef<K>>,
+    /// Children already reported for claiming an owner in another namespace, by namespace
+    /// and name (each is reported once while it is stored).
+    foreign: HashSet<(Atom, Arc<str>)>,
     /// The highest resource version of the watch this index holds (see [`Cache::seen_version`]).
     seen_version: Option<u64>,
 }
@@ -294,7 +304,8 @@ impl<K: Cached> Default for Index<K> {
     fn default() -> Self {
         Self {
             entries: HashMap::new(),
-            by_owner: HashMap::new(),
+            len: 0,
+            by_owner: BTreeMap::new(),
             bytes: 0,
             foreign: HashSet::new(),
             seen_version: None,
@@ -381,27 +392,30 @@ impl<K: Cached> Cache<K> {
     /// The stored objects in `namespace` whose controlling owner has `uid`, by name. Objects
     /// elsewhere that claim the same owner are not its children: each is reported once.
     pub fn owned_by(&self, namespace: &str, uid: &str) -> Vec<Arc<K>> {
+        // A UID no stored object names is not held as an atom: nothing claims it.
+        let Some(owner) = Atom::existing(uid) else {
+            return Vec::new();
+        };
         let mut index = self.index.lock().expect("index lock");
         let Index {
             by_owner, foreign, ..
         } = &mut *index;
-        let Some(claims) = by_owner.get(uid) else {
-            return Vec::new();
-        };
-        for (elsewhere, children) in claims.iter().filter(|(ns, _)| *ns != namespace) {
-            for name in children.keys() {
-                if foreign.insert(ObjectRef::new(name).within(elsewhere)) {
-                    self.metrics.foreign_owner_claim(&K::plural(&()));
-                    tracing::warn!(resource = %K::plural(&()), namespace = %elsewhere, %name,
-                        owner_namespace = %namespace, owner_uid = %uid,
-                        "ignored: its controller ownerReference names an owner in another namespace");
-                }
+        let first = (owner.clone(), Atom::new(""), Arc::<str>::from(""));
+        let mut children = Vec::new();
+        for ((_, elsewhere, name), child) in by_owner
+            .range(first..)
+            .take_while(|((claimed, _, _), _)| *claimed == owner)
+        {
+            if elsewhere.as_str() == namespace {
+                children.push(child.clone());
+            } else if foreign.insert((elsewhere.clone(), name.clone())) {
+                self.metrics.foreign_owner_claim(&K::plural(&()));
+                tracing::warn!(resource = %K::plural(&()), namespace = %elsewhere, %name,
+                    owner_namespace = %namespace, owner_uid = %uid,
+                    "ignored: its controller ownerReference names an owner in another namespace");
             }
         }
-        claims
-            .get(namespace)
-            .map(|children| children.values().cloned().collect())
-            .unwrap_or_default()
+        children
     }
 
     /// The highest resource version among the watch events the cache holds (kept or not):
@@ -417,45 +431,48 @@ impl<K: Cached> Cache<K> {
         self.reader.get(&ObjectRef::new(name).within(namespace))
     }
 
-    fn unindex(index: &mut Index<K>, key: &ObjectRef<K>) {
-        index.foreign.remove(key);
-        if let Some(entry) = index.entries.remove(key) {
-            index.bytes -= entry.bytes;
-            let namespace = key.namespace.as_deref().unwrap_or_default();
-            if let Some(owner) = entry.owner
-                && let Some(claims) = index.by_owner.get_mut(&owner)
-            {
-                if let Some(children) = claims.get_mut(namespace) {
-                    children.remove(&key.name);
-                    if children.is_empty() {
-                        claims.remove(namespace);
-                    }
-                }
-                if claims.is_empty() {
-                    index.by_owner.remove(&owner);
-                }
-            }
+    /// Forgets the object `name` in `namespace`; returns it, if it was indexed.
+    fn unindex(index: &mut Index<K>, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let in_namespace = index.entries.get_mut(namespace)?;
+        let entry = in_namespace.remove(name)?;
+        let namespace = index
+            .entries
+            .get_key_value(namespace)
+            .map(|(held, _)| held.clone())
+            .expect("the namespace of an entry just removed");
+        if index.entries[&namespace].is_empty() {
+            index.entries.remove(&namespace);
         }
+        index.len -= 1;
+        index.bytes -= entry.bytes as usize;
+        let key = (namespace, entry.name);
+        index.foreign.remove(&key);
+        if let Some(owner) = entry.owner {
+            index.by_owner.remove(&(owner, key.0, key.1));
+        }
+        Some(entry.object)
     }
 
-    fn index(index: &mut Index<K>, key: ObjectRef<K>, object: Arc<K>) {
-        Self::unindex(index, &key);
-        let bytes = json_len(&*object);
-        let owner = object.controller_uid().map(str::to_string);
+    fn index(index: &mut Index<K>, object: Arc<K>) {
+        let (namespace, name) = name_of(&*object);
+        Self::unindex(index, &namespace, &name);
+        let bytes = u32::try_from(json_len(&*object)).unwrap_or(u32::MAX);
+        let owner = object.controller_uid().map(Atom::new);
+        let namespace = Atom::new(&namespace);
+        let name: Arc<str> = name.into();
         if let Some(owner) = &owner {
-            index
-                .by_owner
-                .entry(owner.clone())
-                .or_default()
-                .entry(key.namespace.clone().unwrap_or_default())
-                .or_default()
-                .insert(key.name.clone(), object.clone());
+            index.by_owner.insert(
+                (owner.clone(), namespace.clone(), name.clone()),
+                object.clone(),
+            );
         }
-        index.bytes += bytes;
-        index.entries.insert(
-            key,
+        index.len += 1;
+        index.bytes += bytes as usize;
+        index.entries.entry(namespace).or_default().insert(
+            name.clone(),
             Entry {
                 object,
+                name,
                 owner,
                 bytes,
             },
@@ -465,7 +482,7 @@ impl<K: Cached> Cache<K> {
     /// Publishes the cache's size.
     fn report(&self, index: &Index<K>) {
         self.metrics
-            .cache_size(&K::plural(&()), index.entries.len(), index.bytes);
+            .cache_size(&K::plural(&()), index.len, index.bytes);
     }
 }
 
@@ -473,8 +490,16 @@ impl<K: Cached> Cache<K> {
 /// copies its version and UID into the key, which no lookup compares: two strings per object
 /// the index would hold for nothing.)
 fn key_of<K: Cached>(object: &K) -> ObjectRef<K> {
-    ObjectRef::new(object.name().as_deref().unwrap_or_default())
-        .within(object.namespace().as_deref().unwrap_or_default())
+    let (namespace, name) = name_of(object);
+    ObjectRef::new(&name).within(&namespace)
+}
+
+/// An object's namespace and name.
+fn name_of<K: Cached>(object: &K) -> (std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>) {
+    (
+        object.namespace().unwrap_or_default(),
+        object.name().unwrap_or_default(),
+    )
 }
 
 fn key_from<K: Cached>(meta: &kube::api::ObjectMeta) -> ObjectRef<K> {
@@ -693,19 +718,18 @@ impl<K: Cached> Driver<K> {
                 let key = key_of(&object);
                 match cache.reader.get(&key) {
                     Some(stored) => {
-                        Cache::index(&mut index, key, stored.clone());
+                        Cache::index(&mut index, stored.clone());
                         vec![stored]
                     }
                     None => Vec::new(),
                 }
             }
             watcher::Event::Delete(object) => {
-                let key = key_of(&object);
-                if !index.entries.contains_key(&key) {
+                let (namespace, name) = name_of(&object);
+                if Cache::unindex(&mut index, &namespace, &name).is_none() {
                     index.seen_version = seen;
                     return Vec::new();
                 }
-                Cache::unindex(&mut index, &key);
                 vec![Arc::new(object)]
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
@@ -713,16 +737,21 @@ impl<K: Cached> Driver<K> {
             // object — plus those that vanished while the watch was down — is a change.
             watcher::Event::InitDone => {
                 let stored = cache.reader.state();
-                let mut vanished = std::mem::take(&mut index.entries);
-                *index = Index::default();
+                let mut vanished = std::mem::take(&mut *index);
                 index.seen_version = seen;
                 for object in &stored {
-                    let key = key_of(&**object);
-                    vanished.remove(&key);
-                    Cache::index(&mut index, key, object.clone());
+                    let (namespace, name) = name_of(&**object);
+                    Cache::unindex(&mut vanished, &namespace, &name);
+                    Cache::index(&mut index, object.clone());
                 }
                 let mut changed = stored;
-                changed.extend(vanished.into_values().map(|entry| entry.object));
+                changed.extend(
+                    vanished
+                        .entries
+                        .into_values()
+                        .flat_map(HashMap::into_values)
+                        .map(|entry| entry.object),
+                );
                 changed
             }
         };
@@ -868,7 +897,7 @@ mod tests {
             .unwrap()
             .len();
         let index = cache.index.lock().unwrap();
-        assert_eq!(index.entries.len(), 1);
+        assert_eq!(index.len, 1);
         assert_eq!(index.bytes, stored, "the size follows what is stored");
     }
 
