@@ -495,7 +495,7 @@ fn measure(pods: usize) {
     runtime.block_on(tokio::task::yield_now());
     let (settled, peak) = rss();
     assert_eq!(
-        caches.pods.reader().state().len(),
+        caches.pods.count(),
         pods,
         "every old pod replaced by a new one"
     );

@@ -5,7 +5,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-
 use super::analysis::{DEFAULT_ENDPOINT, MAX_QUERY_BYTES, fill};
 use super::borrowed::IntOrStr;
 use super::cached::meta::Labelled;

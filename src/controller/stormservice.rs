@@ -26,10 +26,10 @@ use super::revision::write_revision;
 use super::wall_clock;
 use crate::admission::validation::validate_stormservice;
 use crate::api::analysis::AnalysisPhase;
+use crate::api::cached::service::CachedService;
 use crate::api::keys::{
     FINALIZER_STORMSERVICE, LABEL_STORM_SERVICE_NAME, LABEL_STORM_SERVICE_REVISION,
 };
-use crate::api::cached::service::CachedService;
 use crate::api::{Condition, RoleSet, StormService};
 use crate::planner::render::{headless_service, headless_service_repair};
 use crate::planner::requeue::{self, StormServiceWaits};

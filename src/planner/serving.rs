@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-
 use crate::api::PodSet;
 use crate::api::cached::pod::CachedPod;
 use crate::api::keys::{
@@ -48,10 +47,7 @@ impl<'a> Gangs<'a> {
             .iter()
             .filter_map(|p| Some((p.metadata.name.as_deref()?, Vec::new())))
             .collect();
-        for pod in gang_pods
-            .iter()
-            .filter(|p| !p.is_deleting())
-        {
+        for pod in gang_pods.iter().filter(|p| !p.is_deleting()) {
             let podset = pod.labels().get(LABEL_PODSET_NAME);
             if let Some(pods) = podset.and_then(|name| members.get_mut(name)) {
                 pods.push(pod);

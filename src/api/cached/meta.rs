@@ -73,6 +73,18 @@ impl std::ops::Deref for Atom {
     }
 }
 
+impl Serialize for Atom {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Atom {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        std::borrow::Cow::<str>::deserialize(deserializer).map(|text| Self::new(&text))
+    }
+}
+
 /// Maps keyed by atoms are looked up by text.
 impl std::borrow::Borrow<str> for Atom {
     fn borrow(&self) -> &str {
@@ -144,7 +156,11 @@ impl Pairs {
 impl From<&BTreeMap<String, String>> for Pairs {
     fn from(map: &BTreeMap<String, String>) -> Self {
         // A BTreeMap iterates by key: the slice is sorted as `get` needs.
-        Self(map.iter().map(|(k, v)| (Atom::new(k), Atom::new(v))).collect())
+        Self(
+            map.iter()
+                .map(|(k, v)| (Atom::new(k), Atom::new(v)))
+                .collect(),
+        )
     }
 }
 
@@ -237,14 +253,23 @@ impl From<&ObjectMeta> for CachedMeta {
             deletion_timestamp: meta.deletion_timestamp.clone(),
             deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
             labels: meta.labels.as_ref().map(Pairs::from).unwrap_or_default(),
-            annotations: meta.annotations.as_ref().map(Pairs::from).unwrap_or_default(),
+            annotations: meta
+                .annotations
+                .as_ref()
+                .map(Pairs::from)
+                .unwrap_or_default(),
             owner_references: meta
                 .owner_references
                 .iter()
                 .flatten()
                 .map(CachedOwner::from)
                 .collect(),
-            finalizers: meta.finalizers.iter().flatten().map(|f| Atom::new(f)).collect(),
+            finalizers: meta
+                .finalizers
+                .iter()
+                .flatten()
+                .map(|f| Atom::new(f))
+                .collect(),
         }
     }
 }
@@ -333,7 +358,11 @@ impl<K: kube::Resource> Labelled for K {
     }
 
     fn annotation(&self, key: &str) -> Option<&str> {
-        self.meta().annotations.as_ref()?.get(key).map(String::as_str)
+        self.meta()
+            .annotations
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
     }
 }
 
@@ -442,7 +471,10 @@ mod tests {
         let text = serde_json::to_string(&cached).unwrap();
         let read: CachedMeta = serde_json::from_str(&text).unwrap();
         assert_eq!(read, cached);
-        assert_eq!(CachedMeta::default().to_object_meta(), ObjectMeta::default());
+        assert_eq!(
+            CachedMeta::default().to_object_meta(),
+            ObjectMeta::default()
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
-use super::meta::{CachedMeta, Pairs};
+use super::meta::{Atom, CachedMeta, Pairs};
 use super::packed::PackedJson;
 
 /// A cached pod: metadata, the status fields decisions read, and the spec as JSON.
@@ -165,18 +165,19 @@ impl<'de> Deserialize<'de> for Word {
     }
 }
 
-/// What decisions read of a container's status.
+/// What decisions read of a container's status (its texts held once: a role's pods share
+/// them).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedContainerStatus {
     /// Container name.
-    pub name: String,
+    pub name: Atom,
     /// Passes its readiness probe.
     #[serde(default)]
     pub ready: bool,
     /// The image it runs, by digest (in-place updates wait for it to change).
     #[serde(default, rename = "imageID")]
-    pub image_id: String,
+    pub image_id: Atom,
     /// Restarts so far (gang recovery counts them).
     #[serde(default)]
     pub restart_count: i32,
@@ -298,9 +299,9 @@ impl CachedPod {
             container_statuses: s.container_statuses.as_ref().map(|c| {
                 c.iter()
                     .map(|c| ContainerStatus {
-                        name: c.name.clone(),
+                        name: c.name.to_string(),
                         ready: c.ready,
-                        image_id: c.image_id.clone(),
+                        image_id: c.image_id.to_string(),
                         restart_count: c.restart_count,
                         ..ContainerStatus::default()
                     })

@@ -146,7 +146,13 @@ pub fn share_stormservice_templates(service: &mut StormService) {
 /// watcher decodes: a `Resource` with the API's `ObjectMeta`), and stored as `Self`, which
 /// may be leaner (a pod's metadata: [`CachedPod`]).
 pub trait Cached:
-    kube::runtime::reflector::Lookup<DynamicType = ()> + Clone + Serialize + std::fmt::Debug + Send + Sync + 'static
+    kube::runtime::reflector::Lookup<DynamicType = ()>
+    + Clone
+    + Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// The form the watch decodes each object in.
     type Watched: Resource<DynamicType = ()>
@@ -262,7 +268,12 @@ impl Cached for CachedPod {
 
 /// One kind's cache: the objects, by key and by controlling owner.
 pub struct Cache<K: Cached> {
-    reader: Store<K>,
+    /// The same objects as a reflector store, for the kinds controllers queue as primaries
+    /// (`Controller::for_shared_stream` reads one); the other kinds' are read from the index
+    /// alone, without the store's second map and keys.
+    store: Option<Store<K>>,
+    /// Whether the first list is in.
+    listed: tokio::sync::watch::Receiver<bool>,
     index: Mutex<Index<K>>,
     subscribers: Mutex<Vec<mpsc::Sender<Arc<K>>>>,
     keep: Keep<K>,
@@ -339,9 +350,30 @@ impl<K: Cached> Cache<K> {
         keep: Keep<K>,
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, Driver<K>) {
-        let writer = Writer::default();
+        Self::build(api, config, keep, metrics, None)
+    }
+
+    /// The same, with a reflector store of its objects ([`Cache::reader`]).
+    pub fn with_store(
+        api: Api<Decoded<K::Watched>>,
+        config: watcher::Config,
+        keep: Keep<K>,
+        metrics: Arc<Metrics>,
+    ) -> (Arc<Self>, Driver<K>) {
+        Self::build(api, config, keep, metrics, Some(Writer::default()))
+    }
+
+    fn build(
+        api: Api<Decoded<K::Watched>>,
+        config: watcher::Config,
+        keep: Keep<K>,
+        metrics: Arc<Metrics>,
+        writer: Option<Writer<K>>,
+    ) -> (Arc<Self>, Driver<K>) {
+        let (listed, listed_reader) = tokio::sync::watch::channel(false);
         let cache = Arc::new(Self {
-            reader: writer.as_reader(),
+            store: writer.as_ref().map(Writer::as_reader),
+            listed: listed_reader,
             index: Mutex::default(),
             subscribers: Mutex::default(),
             keep,
@@ -350,6 +382,8 @@ impl<K: Cached> Cache<K> {
         let driver = Driver {
             cache: cache.clone(),
             writer,
+            listed,
+            relisted: Vec::new(),
             api,
             config,
             problems: Problems::default(),
@@ -361,9 +395,12 @@ impl<K: Cached> Cache<K> {
         (cache, driver)
     }
 
-    /// The store the controllers' queues read primaries from.
+    /// The store the controllers' queues read primaries from (of a cache made
+    /// [`Cache::with_store`]).
     pub fn reader(&self) -> Store<K> {
-        self.reader.clone()
+        self.store
+            .clone()
+            .expect("a cache of primaries is made with a store")
     }
 
     /// Every change from now on (applied and deleted objects). Subscribe before the driver
@@ -379,14 +416,13 @@ impl<K: Cached> Cache<K> {
 
     /// Whether the first list is in.
     pub fn is_ready(&self) -> bool {
-        use futures::FutureExt;
-        self.reader.wait_until_ready().now_or_never().is_some()
+        *self.listed.borrow()
     }
 
     /// Resolves once the first list is in (reconciling before would miss children).
     pub async fn ready(&self) {
-        // The writer lives as long as the driver; a dropped one means shutdown.
-        let _ = self.reader.wait_until_ready().await;
+        // The sender lives as long as the driver; a dropped one means shutdown.
+        let _ = self.listed.clone().wait_for(|listed| *listed).await;
     }
 
     /// The stored objects in `namespace` whose controlling owner has `uid`, by name. Objects
@@ -426,9 +462,15 @@ impl<K: Cached> Cache<K> {
         self.index.lock().expect("index lock").seen_version
     }
 
+    /// How many objects it holds.
+    pub fn count(&self) -> usize {
+        self.index.lock().expect("index lock").len
+    }
+
     /// The stored object `name` in `namespace`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.reader.get(&ObjectRef::new(name).within(namespace))
+        let index = self.index.lock().expect("index lock");
+        Some(index.entries.get(namespace)?.get(name)?.object.clone())
     }
 
     /// Forgets the object `name` in `namespace`; returns it, if it was indexed.
@@ -541,7 +583,13 @@ enum Step {
 /// Fills one [`Cache`] from its watch and fans changes out to the subscribers.
 pub struct Driver<K: Cached> {
     cache: Arc<Cache<K>>,
-    writer: Writer<K>,
+    /// Fills the cache's store, when it has one.
+    writer: Option<Writer<K>>,
+    /// Says when the first list is in.
+    listed: tokio::sync::watch::Sender<bool>,
+    /// The objects the (re)list in progress has listed, for a cache without a store (one
+    /// with a store reads them from it once the list is complete).
+    relisted: Vec<Arc<K>>,
     api: Api<Decoded<K::Watched>>,
     config: watcher::Config,
     /// The stored objects that do not decode whole.
@@ -603,10 +651,7 @@ impl<K: Cached> Driver<K> {
     /// The event the store applies for one decoded event. An object that does not decode
     /// whole is reported (once per version). One without even a spec changes nothing: the
     /// cache keeps what it last held of it (across a relist too) until it decodes again.
-    fn admit(
-        &mut self,
-        event: watcher::Event<Decoded<K::Watched>>,
-    ) -> Option<watcher::Event<K>> {
+    fn admit(&mut self, event: watcher::Event<Decoded<K::Watched>>) -> Option<watcher::Event<K>> {
         let (decoded, step) = match event {
             watcher::Event::Init => {
                 self.relisted_problems.clear();
@@ -670,7 +715,10 @@ impl<K: Cached> Driver<K> {
         let object = match decoded.into_object() {
             Some(object) => K::stored(object),
             None if step == Step::Apply => return None,
-            None => (*self.cache.reader.get(&key)?).clone(),
+            None => (*self
+                .cache
+                .get(key.namespace.as_deref().unwrap_or_default(), &key.name)?)
+            .clone(),
         };
         Some(match step {
             Step::Apply => watcher::Event::Apply(object),
@@ -710,13 +758,20 @@ impl<K: Cached> Driver<K> {
             watcher::Event::InitApply(object) if !(cache.keep)(&object) => return Vec::new(),
             event => event,
         };
-        self.writer.apply_watcher_event(&event);
+        if let Some(writer) = &mut self.writer {
+            writer.apply_watcher_event(&event);
+        }
+        let list_done = matches!(event, watcher::Event::InitDone);
         let mut index = cache.index.lock().expect("index lock");
         seen = seen.max(index.seen_version);
         let changed = match event {
             watcher::Event::Apply(object) => {
-                let key = key_of(&object);
-                match cache.reader.get(&key) {
+                // One copy for the store and the index.
+                let stored = match &cache.store {
+                    Some(store) => store.get(&key_of(&object)),
+                    None => Some(Arc::new(object)),
+                };
+                match stored {
                     Some(stored) => {
                         Cache::index(&mut index, stored.clone());
                         vec![stored]
@@ -732,11 +787,23 @@ impl<K: Cached> Driver<K> {
                 }
                 vec![Arc::new(object)]
             }
-            watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
+            watcher::Event::Init => {
+                self.relisted.clear();
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                if cache.store.is_none() {
+                    self.relisted.push(Arc::new(object));
+                }
+                Vec::new()
+            }
             // A (re)list is complete: the store swapped it in; the index follows, and every
             // object — plus those that vanished while the watch was down — is a change.
             watcher::Event::InitDone => {
-                let stored = cache.reader.state();
+                let stored = match &cache.store {
+                    Some(store) => store.state(),
+                    None => std::mem::take(&mut self.relisted),
+                };
                 let mut vanished = std::mem::take(&mut *index);
                 index.seen_version = seen;
                 for object in &stored {
@@ -757,6 +824,11 @@ impl<K: Cached> Driver<K> {
         };
         index.seen_version = seen;
         cache.report(&index);
+        drop(index);
+        if list_done {
+            self.listed
+                .send_if_modified(|listed| !std::mem::replace(listed, true));
+        }
         changed
     }
 
@@ -805,11 +877,22 @@ mod tests {
     }
 
     fn cache() -> (Arc<Cache<Pod>>, Driver<Pod>) {
+        cache_made(Cache::new)
+    }
+
+    type Make<K> = fn(
+        Api<Decoded<<K as Cached>::Watched>>,
+        watcher::Config,
+        Keep<K>,
+        Arc<Metrics>,
+    ) -> (Arc<Cache<K>>, Driver<K>);
+
+    fn cache_made(make: Make<Pod>) -> (Arc<Cache<Pod>>, Driver<Pod>) {
         let client = kube::Client::try_from(kube::Config::new(
             "http://127.0.0.1:1".parse().expect("a URL"),
         ))
         .expect("a client");
-        Cache::new(
+        make(
             Api::all(client),
             watcher::Config::default(),
             |p: &Pod| {
@@ -832,7 +915,24 @@ mod tests {
 
     #[tokio::test]
     async fn children_are_found_by_owner_and_follow_changes_and_relists() {
-        let (cache, mut driver) = cache();
+        children_follow_changes_and_relists(Cache::new);
+    }
+
+    #[tokio::test]
+    async fn a_cache_with_a_store_indexes_the_stores_copies() {
+        let cache = children_follow_changes_and_relists(Cache::with_store);
+        let store = cache.reader();
+        assert_eq!(store.state().len(), 1);
+        let stored = store.get(&ObjectRef::new("d").within("ns")).unwrap();
+        assert!(
+            Arc::ptr_eq(&stored, &cache.get("ns", "d").unwrap()),
+            "one copy for the store and the index"
+        );
+    }
+
+    fn children_follow_changes_and_relists(make: Make<Pod>) -> Arc<Cache<Pod>> {
+        let (cache, mut driver) = cache_made(make);
+        assert!(!cache.is_ready());
         assert!(driver.apply(watcher::Event::Init).is_empty());
         for p in [
             pod("a", Some("u1"), "1"),
@@ -848,6 +948,7 @@ mod tests {
             "nothing before the list is complete"
         );
         let changed = driver.apply(watcher::Event::InitDone);
+        assert!(cache.is_ready());
         assert_eq!(
             names(&changed).len(),
             3,
@@ -899,6 +1000,8 @@ mod tests {
         let index = cache.index.lock().unwrap();
         assert_eq!(index.len, 1);
         assert_eq!(index.bytes, stored, "the size follows what is stored");
+        drop(index);
+        cache
     }
 
     #[tokio::test]

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use kube::{Client, Resource};
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::watcher;
+use kube::{Client, Resource};
 use tokio::sync::watch;
 
 use super::podgroups;
@@ -105,9 +105,13 @@ impl Caches {
         namespace: Option<&str>,
         metrics: &Arc<Metrics>,
     ) -> (Arc<Self>, Drivers) {
+        // Only the controllers' primaries are kept in a reflector store too.
         macro_rules! cache {
             ($kind:ty, $config:expr, $keep:expr) => {
-                Cache::<$kind>::new(
+                cache!(new, $kind, $config, $keep)
+            };
+            ($make:ident, $kind:ty, $config:expr, $keep:expr) => {
+                Cache::<$kind>::$make(
                     scoped::<decoded::Decoded<<$kind as Cached>::Watched>>(client, namespace),
                     $config,
                     $keep,
@@ -120,10 +124,10 @@ impl Caches {
             p.metadata.controlled_by_kind(&RoleSet::kind(&()))
                 || p.metadata.controlled_by_kind(&PodSet::kind(&()))
         });
-        let (podsets, podsets_driver) = cache!(PodSet, all(), |_: &PodSet| true);
-        let (rolesets, rolesets_driver) = cache!(RoleSet, all(), |_: &RoleSet| true);
+        let (podsets, podsets_driver) = cache!(with_store, PodSet, all(), |_: &PodSet| true);
+        let (rolesets, rolesets_driver) = cache!(with_store, RoleSet, all(), |_: &RoleSet| true);
         let (stormservices, stormservices_driver) =
-            cache!(StormService, all(), |_: &StormService| true);
+            cache!(with_store, StormService, all(), |_: &StormService| true);
         let (revisions, revisions_driver) = cache!(
             CachedRevision,
             all().labels(LABEL_REVISION_OWNER),

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource};
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use tokio::sync::watch;
 
 use super::children::{controlling_owner, gated_gang_owner};

@@ -53,9 +53,8 @@ pub fn adopt(
         .filter_map(|c| c.image.as_ref())
         .map(|image| serde_json::to_string(image).expect("a string serializes"))
         .collect();
-    let by_name: BTreeMap<&str, &CachedPod> = of_role(pods, &role.name)
-        .map(|p| (p.name(), p))
-        .collect();
+    let by_name: BTreeMap<&str, &CachedPod> =
+        of_role(pods, &role.name).map(|p| (p.name(), p)).collect();
     let mut adopted = Vec::new();
     for view in children.children.iter_mut().filter(|v| {
         v.hash != target_hash

@@ -163,10 +163,7 @@ pub(crate) fn pod_view(pod: &CachedPod, clock: Availability) -> PodView {
 
 /// A child's drain, from its annotations (docs/rollouts.md#drain-before-delete); an
 /// unreadable start is no drain. `out_since`: since when it has not been Ready.
-fn draining(
-    child: &impl Labelled,
-    out_since: impl FnOnce() -> Option<i64>,
-) -> Option<Draining> {
+fn draining(child: &impl Labelled, out_since: impl FnOnce() -> Option<i64>) -> Option<Draining> {
     let started = child.annotation(ANNOTATION_DRAIN_STARTED)?;
     let started = started.parse::<Timestamp>().ok()?.as_second();
     Some(Draining {

@@ -484,11 +484,8 @@ fn retire_children(
     }
     if !retired_out.is_empty() {
         let gangs = Gangs::new(observed.podsets, observed.gang_pods);
-        let by_name: BTreeMap<&str, &CachedPod> = observed
-            .pods
-            .iter()
-            .map(|p| (p.name(), &**p))
-            .collect();
+        let by_name: BTreeMap<&str, &CachedPod> =
+            observed.pods.iter().map(|p| (p.name(), &**p)).collect();
         let units = retired_out.keys().map(String::as_str);
         pass.gates.extend(serving::gates(
             units,
@@ -810,9 +807,7 @@ fn in_place_writes(
     action: &RoleAction,
     pods: &[Arc<CachedPod>],
 ) -> InPlaceWrites {
-    let find = |name: &str| {
-        pods.iter().find(|p| p.name() == name)
-    };
+    let find = |name: &str| pods.iter().find(|p| p.name() == name);
     // The few pods whose update starts or completes now, their specs decoded.
     let whole = |name: &str| find(name).and_then(|p| p.to_pod().ok());
     let complete = action
@@ -861,18 +856,18 @@ fn ineligible_pods<'a>(
     pods: impl Iterator<Item = &'a CachedPod>,
 ) -> BTreeMap<String, String> {
     pods.filter(|p| p.labels().get(LABEL_ROLE_TEMPLATE_HASH) != Some(target_hash))
-    .filter(|p| in_place_target(*p) != Some(target_hash))
-    .filter_map(|cached| {
-        let why = match cached.to_pod() {
-            Ok(pod) => {
-                let desired = desired_pod(roleset, role, target_hash, &pod);
-                eligibility(&pod, &desired).err()?.to_string()
-            }
-            Err(e) => format!("its spec does not decode: {e}"),
-        };
-        Some((cached.name().to_string(), why))
-    })
-    .collect()
+        .filter(|p| in_place_target(*p) != Some(target_hash))
+        .filter_map(|cached| {
+            let why = match cached.to_pod() {
+                Ok(pod) => {
+                    let desired = desired_pod(roleset, role, target_hash, &pod);
+                    eligibility(&pod, &desired).err()?.to_string()
+                }
+                Err(e) => format!("its spec does not decode: {e}"),
+            };
+            Some((cached.name().to_string(), why))
+        })
+        .collect()
 }
 
 /// Live pods and PodSets of `roles` that lack the affinity the `topologyPolicy` asks for,
