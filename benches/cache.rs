@@ -298,6 +298,9 @@ fn deleting(text: &str) -> String {
     )
 }
 
+/// One watch event's object of a cache of `K`, decoded as the watcher reads it.
+type Watched<K> = Decoded<<K as Cached>::Watched>;
+
 /// Decodes one watch event's object, as the watcher reads it.
 fn decoded<K: DeserializeOwned + CheckedStatus>(text: &str) -> Decoded<K> {
     serde_json::from_str(text).expect("an object")
@@ -316,7 +319,7 @@ impl Fed {
         &mut self,
         runtime: &tokio::runtime::Runtime,
         driver: &mut Driver<K>,
-        event: Event<Decoded<K::Watched>>,
+        event: Event<Watched<K>>,
     ) {
         let started = thread_cpu();
         runtime.block_on(driver.feed(event));
@@ -330,7 +333,7 @@ impl Fed {
         runtime: &tokio::runtime::Runtime,
         driver: &mut Driver<K>,
         text: &str,
-        event: fn(Decoded<K::Watched>) -> Event<Decoded<K::Watched>>,
+        event: fn(Watched<K>) -> Event<Watched<K>>,
     ) {
         let started = thread_cpu();
         let object = decoded::<K::Watched>(text);
@@ -353,7 +356,7 @@ impl Fed {
             let body = format!("[{}]", texts.join(","));
             drop(texts);
             let started = thread_cpu();
-            let page: Vec<Decoded<K::Watched>> = serde_json::from_str(&body).expect("a page");
+            let page: Vec<Watched<K>> = serde_json::from_str(&body).expect("a page");
             self.cpu += thread_cpu() - started;
             drop(body);
             for object in page {

@@ -232,9 +232,9 @@ fn written_gates(
     let seen: HashMap<&str, Option<bool>> = pods
         .iter()
         .chain(gang_pods)
-        .filter_map(|pod| {
+        .map(|pod| {
             let gate = pod.condition(CONDITION_PAIRING_SERVABLE);
-            Some((pod.name(), gate.map(|s| s == "True")))
+            (pod.name(), gate.map(|s| s == "True"))
         })
         .collect();
     ctx.expectations
