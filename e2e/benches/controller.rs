@@ -8,11 +8,13 @@
 //!    turn Ready) — everything squall's pods cost the control plane without squall. The
 //!    control plane's CPU (API server, etcd, controller-manager, scheduler, kwok and squall)
 //!    is measured in every phase: on these 2 cores it, more than any one process, sets the
-//!    time. And a budgeted roll floor: the same pods in groups shaped like the StormServices
-//!    (2 replicas of 4), replaced replica by replica as `maxSurge` 1 / `maxUnavailable` 0
-//!    allows (new replica created and Ready, then the old deleted and gone) by a raw client:
-//!    what the roll's ratio is taken against, since no budgeted rollout may replace every
-//!    pod at once.
+//!    time (and each process's share says where it goes). And a budgeted roll floor: the same
+//!    pods in groups shaped like the StormServices (2 replicas of 4), each group selected by
+//!    its headless Service as in the same-objects floor, replaced replica by replica as
+//!    `maxSurge` 1 / `maxUnavailable` 0 allows (new replica created and Ready, then the old
+//!    deleted and gone) by a raw client: what the roll's ratio is taken against, since no
+//!    budgeted rollout may replace every pod at once. The same floor without the Services is
+//!    shown beside it (the ratio against it is what the Services' endpoint upkeep adds too).
 //! 2. Scale: `BENCH_SERVICES` (default 200) StormServices of 2 roles × 2 pods, replicas 2
 //!    (8 pods each: 1,600 pods). Time until all are Ready at their revision, and until
 //!    their counts show it too (the kwok stages alone take
@@ -43,7 +45,7 @@ use e2e::operator::{Operator, counter_sum, write_requests};
 use e2e::process::usage;
 use e2e::roles::{set_role_image, stormservice};
 use e2e::{TestNamespace, client, install_crds};
-use futures::{FutureExt, StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
@@ -62,23 +64,54 @@ fn env_number(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// CPU seconds of the local control plane's processes (by the PID files `cluster.sh`
-/// keeps) and of `squall`.
-fn control_plane_cpu(squall: Option<u32>) -> f64 {
-    let dir = e2e::operator::cluster_dir();
-    [
-        "etcd",
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "kwok",
-    ]
-    .iter()
-    .filter_map(|c| std::fs::read_to_string(dir.join(format!("{c}.pid"))).ok())
-    .filter_map(|pid| pid.trim().parse::<u32>().ok())
-    .chain(squall)
-    .map(|pid| usage(pid).0)
-    .sum()
+/// The control plane's processes, by the PID files `cluster.sh` keeps.
+const PLANE: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
+/// CPU seconds of each local control-plane process and of `squall`: where a phase's time
+/// goes on 2 cores.
+#[derive(Clone, Default)]
+struct PlaneCpu(BTreeMap<&'static str, f64>);
+
+impl PlaneCpu {
+    fn sample(squall: Option<u32>) -> Self {
+        let dir = e2e::operator::cluster_dir();
+        let plane = PLANE.iter().filter_map(|c| {
+            let pid = std::fs::read_to_string(dir.join(format!("{c}.pid"))).ok()?;
+            Some((*c, usage(pid.trim().parse().ok()?).0))
+        });
+        let squall = squall.map(|pid| ("squall", usage(pid).0));
+        Self(plane.chain(squall).collect())
+    }
+
+    /// The CPU spent since `before`.
+    fn since(&self, before: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(c, s)| (*c, s - before.0.get(c).copied().unwrap_or_default()))
+                .collect(),
+        )
+    }
+
+    fn total(&self) -> f64 {
+        self.0.values().sum()
+    }
+
+    /// `kube-apiserver 60.1, etcd 20.3, …`, largest first.
+    fn by_process(&self) -> String {
+        let mut by: Vec<_> = self.0.iter().collect();
+        by.sort_by(|a, b| b.1.total_cmp(a.1));
+        by.iter()
+            .map(|(c, s)| format!("{c} {s:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// The write requests sent between two samples, per StormService, largest first:
@@ -188,7 +221,7 @@ async fn all_settled(
 struct Floor {
     rate: f64,
     ready: Duration,
-    cpu: f64,
+    cpu: PlaneCpu,
 }
 
 /// A floor: `pods` pods from a raw client, Ready through the API server, scheduler and kwok
@@ -198,7 +231,7 @@ async fn raw_pods(client: &kube::Client, pods: usize, services: bool) -> Floor {
     let ns = TestNamespace::create(client, "bench-raw").await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let service_api: Api<Service> = Api::namespaced(client.clone(), ns.name());
-    let cpu0 = control_plane_cpu(None);
+    let cpu0 = PlaneCpu::sample(None);
     let started = Instant::now();
     stream::iter(0..pods)
         .for_each_concurrent(IN_FLIGHT, |i| {
@@ -206,14 +239,8 @@ async fn raw_pods(client: &kube::Client, pods: usize, services: bool) -> Floor {
             async move {
                 let group = format!("raw-{:04}", i / 8);
                 if services && i % 8 == 0 {
-                    let service: Service = serde_json::from_value(json!({
-                        "metadata": {"name": group},
-                        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
-                            "selector": {"storm-service-name": group}}
-                    }))
-                    .unwrap();
                     service_api
-                        .create(&PostParams::default(), &service)
+                        .create(&PostParams::default(), &headless(&group))
                         .await
                         .unwrap();
                 }
@@ -243,9 +270,19 @@ async fn raw_pods(client: &kube::Client, pods: usize, services: bool) -> Floor {
         }
     }
     let ready = started.elapsed();
-    let cpu = control_plane_cpu(None) - cpu0;
+    let cpu = PlaneCpu::sample(None).since(&cpu0);
     delete_namespace(ns.name());
     Floor { rate, ready, cpu }
+}
+
+/// The headless Service a StormService owns, selecting the raw pods of `group`.
+fn headless(group: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": group},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
+            "selector": {"storm-service-name": group}}
+    }))
+    .unwrap()
 }
 
 /// Pods a raw client watches: Ready or not, by name (absent once deleted), with a wake-up
@@ -274,17 +311,19 @@ impl Observed {
 }
 
 /// The budgeted roll floor: `pods` pods in groups of 8 shaped like the scale phase's
-/// StormServices (2 replicas of 4 pods), created and Ready, then replaced replica by replica
+/// StormServices (2 replicas of 4 pods; with `services`, each group also selected by the
+/// headless Service its StormService would own), created and Ready, then replaced replica by replica
 /// the way a `maxSurge` 1 / `maxUnavailable` 0 rollout may — per group, the new replica's
 /// pods are created, the group waits until they are Ready, then deletes the old replica's
 /// and waits until they are gone before the next — all groups at once, at most
 /// `IN_FLIGHT` requests in flight. What a budgeted rollout costs the control plane with
 /// nothing deciding it: the time from the first create to the last group done, and the
 /// control plane's CPU meanwhile.
-async fn budgeted_roll_floor(client: &kube::Client, pods: usize) -> (Duration, f64) {
+async fn budgeted_roll_floor(client: &kube::Client, pods: usize, services: bool) -> RollFloor {
     const REPLICA_PODS: usize = 4;
     let ns = TestNamespace::create(client, "bench-raw-roll").await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let service_api: Api<Service> = Api::namespaced(client.clone(), ns.name());
     let observed = Arc::new(Observed::default());
     let watch = {
         let (api, observed) = (api.clone(), observed.clone());
@@ -311,9 +350,10 @@ async fn budgeted_roll_floor(client: &kube::Client, pods: usize) -> (Duration, f
     let replica = |group: usize, replica: usize, image: &'static str| {
         (0..REPLICA_PODS).map(move |i| {
             let name = format!("raw-{group:04}-{replica}-{}-{i}", &image[7..]);
+            let group = format!("raw-{group:04}");
             let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": name},
-                "spec": {"containers": [{"name": "engine", "image": image}]}
+                "metadata": {"name": name, "labels": {"storm-service-name": group}},
+                "spec": {"subdomain": group, "containers": [{"name": "engine", "image": image}]}
             }))
             .unwrap();
             pod
@@ -333,8 +373,18 @@ async fn budgeted_roll_floor(client: &kube::Client, pods: usize) -> (Duration, f
     // The fleet, Ready (not measured).
     stream::iter(0..groups)
         .for_each_concurrent(IN_FLIGHT, |g| {
+            let service_api = service_api.clone();
             let pods: Vec<Pod> = (0..2).flat_map(|r| replica(g, r, "engine:1")).collect();
-            create(pods).map(|_| ())
+            async move {
+                if services {
+                    let service = headless(&format!("raw-{g:04}"));
+                    service_api
+                        .create(&PostParams::default(), &service)
+                        .await
+                        .unwrap();
+                }
+                create(pods).await;
+            }
         })
         .await;
     observed
@@ -343,7 +393,7 @@ async fn budgeted_roll_floor(client: &kube::Client, pods: usize) -> (Duration, f
         })
         .await;
 
-    let cpu0 = control_plane_cpu(None);
+    let cpu0 = PlaneCpu::sample(None);
     let started = Instant::now();
     stream::iter(0..groups)
         .for_each_concurrent(groups, |g| {
@@ -373,10 +423,17 @@ async fn budgeted_roll_floor(client: &kube::Client, pods: usize) -> (Duration, f
         })
         .await;
     let rolled = started.elapsed();
-    let cpu = control_plane_cpu(None) - cpu0;
+    let cpu = PlaneCpu::sample(None).since(&cpu0);
     watch.abort();
     delete_namespace(ns.name());
-    (rolled, cpu)
+    RollFloor { rolled, cpu }
+}
+
+/// What a budgeted roll floor measured: the time from the first create to the last group
+/// done, and the control plane's CPU meanwhile.
+struct RollFloor {
+    rolled: Duration,
+    cpu: PlaneCpu,
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -623,8 +680,11 @@ async fn main() {
     );
     let floor = raw_pods(&client, pods, false).await;
     let same_objects = raw_pods(&client, pods, true).await;
-    println!("budgeted roll floor: {pods} pods replaced replica by replica from a raw client ...");
-    let (budgeted_roll, budgeted_roll_cpu) = budgeted_roll_floor(&client, pods).await;
+    println!(
+        "budgeted roll floors: {pods} pods replaced replica by replica from a raw client, without and with Services ..."
+    );
+    let pods_roll = budgeted_roll_floor(&client, pods, false).await;
+    let budgeted_roll = budgeted_roll_floor(&client, pods, true).await;
 
     let operator = Operator::start("bench", &["--controllers=true"]);
     let pid = operator.pid();
@@ -660,7 +720,7 @@ async fn main() {
 
     println!("scale: {services} StormServices, {pods} pods ...");
     let (cpu0, _) = usage(pid);
-    let plane0 = control_plane_cpu(Some(pid));
+    let plane0 = PlaneCpu::sample(Some(pid));
     let (writes0, by0) = (writes(), writes_by());
     let reads0 = reads();
     let started = Instant::now();
@@ -678,7 +738,7 @@ async fn main() {
     let create = all_settled(&api, services, 1, 2, started).await;
     let create_ready = create.done;
     let (cpu1, rss1) = usage(pid);
-    let plane1 = control_plane_cpu(Some(pid));
+    let plane1 = PlaneCpu::sample(Some(pid)).since(&plane0);
     let (writes1, by1) = (writes(), writes_by());
     let reads1 = reads();
     let gauge = |name| counter_sum(operator.admin_addr, name, &["resource=\"pods\""]);
@@ -698,7 +758,7 @@ async fn main() {
 
     println!("roll: image change on all of them ...");
     let (cpu_roll0, _) = usage(pid);
-    let plane_roll0 = control_plane_cpu(Some(pid));
+    let plane_roll0 = PlaneCpu::sample(Some(pid));
     let (writes_roll0, by_roll0) = (writes(), writes_by());
     let started = Instant::now();
     stream::iter(0..services)
@@ -711,7 +771,7 @@ async fn main() {
         .await;
     let roll = all_settled(&api, services, 2, 2, started).await;
     let (cpu2, rss2) = usage(pid);
-    let plane2 = control_plane_cpu(Some(pid));
+    let plane2 = PlaneCpu::sample(Some(pid)).since(&plane_roll0);
     let (writes2, by2) = (writes(), writes_by());
     let reads2 = reads();
 
@@ -757,14 +817,14 @@ async fn main() {
         "| floor: {pods} pods from a raw client ({IN_FLIGHT} in flight), created / all Ready / control-plane CPU | {:.0} pods/s / {:.1} s / {:.1} s |\n",
         floor.rate,
         floor.ready.as_secs_f64(),
-        floor.cpu
+        floor.cpu.total()
     ));
     table.push_str(&format!(
         "| same-objects floor: those pods and {services} headless Services (one per 8 pods) from a raw client | {:.0} pods/s / {:.1} s ({:.2}× the floor's) / {:.1} s |\n",
         same_objects.rate,
         same_objects.ready.as_secs_f64(),
         same_objects.ready.as_secs_f64() / floor.ready.as_secs_f64(),
-        same_objects.cpu
+        same_objects.cpu.total()
     ));
     table.push_str(&format!(
         "| create: all {services} StormServices Ready (creates sent in {:.1} s; counts caught up at {:.1} s) | {:.1} s ({squall_rate:.0} pods/s): {:.2}× the floor's time, {:.2}× the same-objects floor's |\n",
@@ -776,9 +836,14 @@ async fn main() {
     ));
     table.push_str(&format!(
         "| create: control-plane CPU (squall included) | {:.1} s: {:.2}× the floor's, {:.2}× the same-objects floor's |\n",
-        plane1 - plane0,
-        (plane1 - plane0) / floor.cpu,
-        (plane1 - plane0) / same_objects.cpu
+        plane1.total(),
+        plane1.total() / floor.cpu.total(),
+        plane1.total() / same_objects.cpu.total()
+    ));
+    table.push_str(&format!(
+        "| create: control-plane CPU by process, seconds, squall / same-objects floor | {} / {} |\n",
+        plane1.by_process(),
+        same_objects.cpu.by_process()
     ));
     table.push_str(&format!(
         "| create: API write requests per StormService | {:.1} |\n",
@@ -804,19 +869,31 @@ async fn main() {
         "| steady: forced re-reconcile of all {services}: writes / squall LISTs / API server LISTs (anyone) | {steady_writes:.0} / {steady_lists:.0} / {server_lists:.0} |\n"
     ));
     table.push_str(&format!(
-        "| budgeted roll floor: those pods in groups of 2 × 4 replaced replica by replica from a raw client (new replica created, Ready, old deleted, gone: maxSurge 1 / maxUnavailable 0) / control-plane CPU | {:.1} s / {budgeted_roll_cpu:.1} s |\n",
-        budgeted_roll.as_secs_f64(),
+        "| budgeted roll floor: those pods in groups of 2 × 4, each group selected by its headless Service, replaced replica by replica from a raw client (new replica created, Ready, old deleted, gone: maxSurge 1 / maxUnavailable 0) / control-plane CPU | {:.1} s / {:.1} s |\n",
+        budgeted_roll.rolled.as_secs_f64(),
+        budgeted_roll.cpu.total()
     ));
     table.push_str(&format!(
-        "| roll (image change of one role): all Ready at the new revision / counts caught up | {:.1} s / {:.1} s: {:.2}× the budgeted floor's |\n",
+        "| budgeted roll floor without the Services: time / control-plane CPU | {:.1} s / {:.1} s |\n",
+        pods_roll.rolled.as_secs_f64(),
+        pods_roll.cpu.total()
+    ));
+    table.push_str(&format!(
+        "| roll (image change of one role): all Ready at the new revision / counts caught up | {:.1} s / {:.1} s: {:.2}× the budgeted floor's ({:.2}× the one without Services) |\n",
         roll.done.as_secs_f64(),
         roll.counted.as_secs_f64(),
-        roll.counted.as_secs_f64() / budgeted_roll.as_secs_f64()
+        roll.counted.as_secs_f64() / budgeted_roll.rolled.as_secs_f64(),
+        roll.counted.as_secs_f64() / pods_roll.rolled.as_secs_f64()
     ));
     table.push_str(&format!(
         "| roll: control-plane CPU (squall included) | {:.1} s: {:.2}× the budgeted floor's |\n",
-        plane2 - plane_roll0,
-        (plane2 - plane_roll0) / budgeted_roll_cpu
+        plane2.total(),
+        plane2.total() / budgeted_roll.cpu.total()
+    ));
+    table.push_str(&format!(
+        "| roll: control-plane CPU by process, seconds, squall / budgeted floor | {} / {} |\n",
+        plane2.by_process(),
+        budgeted_roll.cpu.by_process()
     ));
     table.push_str(&format!(
         "| roll: API write requests per StormService | {:.1} |\n",
