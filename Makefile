@@ -34,7 +34,7 @@ audit:          ## cargo deny with the RustSec advisories (needs network access 
 fuzz:           ## fuzz the admission review handler and the analysis condition parser (FUZZ_SECONDS each, default 600)
 	hack/fuzz.sh
 
-bench:          ## every benchmark (admission, planner, cache scale, controller at 1,600 pods); regenerates the README table
+bench:          ## every benchmark (admission, planner, cache scale, controller at 1,600 and 5,000 pods); regenerates the README table
 	hack/bench.sh
 
 soak:           ## the fault tests three times in a row (not in CI)

@@ -3,8 +3,10 @@
 # kube-controller-manager, kube-scheduler and kwok (fake nodes and pods), all listening on
 # and dialling loopback only (docs/architecture.md#loopback-only). Binaries come from hack/build-tools.sh.
 #
-# Usage: e2e/cluster.sh up|down|status|restart-apiserver
+# Usage: e2e/cluster.sh up|down|status|restart-apiserver|nodes N
 #   up                 start everything (or reuse a healthy cluster), print `export KUBECONFIG=...`
+#   nodes N            at least N fake nodes (kwok-node-0 …), each Ready and untainted; the
+#                      controller bench's 5,000-pod fleet needs 4 (2,000 pods each)
 #   down               stop exactly the processes `up` started, by PID
 #   status             print each component's state; non-zero unless all are up
 #   restart-apiserver  stop and start kube-apiserver with the same flags (disruption tests)
@@ -181,8 +183,17 @@ up() {
     --cidr=10.244.0.0/16 --node-ip=127.0.0.1 --node-lease-duration-seconds=40 \
     --config="$ROOT/e2e/kwok-stages.yaml"
 
-  log "creating $NODES fake nodes"
-  for i in $(seq 0 $((NODES - 1))); do
+  nodes "$NODES"
+  wait_for "default service account" 60 kube-controller-manager kubectl_ -n default get serviceaccount default
+  log "up in $((SECONDS - start_time))s: $(kubectl_ version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
+  echo "export KUBECONFIG=$W/kubeconfig"
+}
+
+nodes() { # count: creates the missing ones of kwok-node-0 … kwok-node-(count-1)
+  local count=$1 i
+  [[ $count =~ ^[0-9]+$ ]] || { log "nodes: a count, not '$count'"; exit 2; }
+  log "$count fake nodes"
+  for i in $(seq 0 $((count - 1))); do
     kubectl_ apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Node
@@ -195,9 +206,6 @@ EOF
   wait_for "nodes Ready" 90 kwok kubectl_ wait --for=condition=Ready node --all --timeout=2s
   wait_for "not-ready taints removed" 90 kube-controller-manager \
     bash -c "! kubectl --kubeconfig '$W/kubeconfig' get nodes -o jsonpath='{.items[*].spec.taints[*].key}' | grep -q ."
-  wait_for "default service account" 60 kube-controller-manager kubectl_ -n default get serviceaccount default
-  log "up in $((SECONDS - start_time))s: $(kubectl_ version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1)"
-  echo "export KUBECONFIG=$W/kubeconfig"
 }
 
 down() {
@@ -235,5 +243,6 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   restart-apiserver) restart_apiserver ;;
-  *) echo "usage: $0 up|down|status|restart-apiserver" >&2; exit 2 ;;
+  nodes) status >/dev/null || { log "no cluster running: $0 up first"; exit 1; }; nodes "${2:?usage: $0 nodes N}" ;;
+  *) echo "usage: $0 up|down|status|restart-apiserver|nodes N" >&2; exit 2 ;;
 esac

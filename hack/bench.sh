@@ -8,8 +8,10 @@
 #   - cache scale: RSS per pod and CPU per event of the caches' real ingestion fed a
 #     generated fleet of 1,600, 20,000 and 150,000 pods (benches/cache.rs)
 #   - controller: scale, writes, CPU, memory, step latency on the local control plane, vs
-#     the API server's own pod-create rate (e2e/benches/controller.rs; BENCH_SERVICES,
-#     default 200 = 1,600 pods; BENCH_CANARIES, default 25 = 100 steps)
+#     the API server's own pod-create rate, at 1,600 pods and then 5,000 in the same run
+#     (e2e/benches/controller.rs; BENCH_SERVICES, default 200 = 1,600 pods;
+#     BENCH_LARGE_SERVICES, default 625 = 5,000 pods, 0 skips it; BENCH_CANARIES, default
+#     25 = 100 steps). The larger fleet needs 4 fake nodes: they are added to the cluster.
 #   - hostile: peak RSS and /healthz latency of a webhook server under hostile bodies, vs its
 #     idle peak (e2e/benches/hostile.rs)
 #   - hostile status: peak RSS, CPU and /healthz of the controllers while a tenant stores a
@@ -59,6 +61,7 @@ if ! e2e/cluster.sh status >/dev/null 2>&1; then
   STARTED_CLUSTER=1
   e2e/cluster.sh up >/dev/null
 fi
+e2e/cluster.sh nodes 4
 export KUBECONFIG=$SQUALL_CLUSTER_DIR/kubeconfig
 cargo build --locked --release --bin squall
 SQUALL_BIN=$ROOT/target/release/squall cargo bench --locked -p e2e --bench controller

@@ -23,6 +23,11 @@
 //!    reads (LIST + GET sent while reconciling), peak RSS and CPU seconds; then an image
 //!    change on all of them, measured again. The caches' bytes per pod come from squall's
 //!    `squall_cache_bytes` / `squall_cache_objects`.
+//!    Then the same again at a larger fleet with floors and an operator of its own,
+//!    `BENCH_LARGE_SERVICES` (default 625: 5,000 pods; 0 skips it; the nodes must hold one and
+//!    a half fleets, `e2e/cluster.sh nodes 4`): per pod, the time over its floors', squall's
+//!    CPU, writes per StormService, peak RSS and where the control plane's CPU went, beside
+//!    the first fleet's — whether squall's cost per pod holds as the fleet grows.
 //! 3. Steady state, once all are settled: squall's CPU over 60 idle seconds, then a forced
 //!    re-reconcile of every StormService (an annotation) — the writes and the LIST / GET
 //!    requests it caused, from squall's `squall_api_requests_total` and cross-checked with the
@@ -666,32 +671,94 @@ async fn step_latencies(client: &kube::Client, canaries: usize) -> Vec<f64> {
     latencies
 }
 
-#[tokio::main]
-async fn main() {
-    let services = env_number("BENCH_SERVICES", 200);
-    let canaries = env_number("BENCH_CANARIES", 25);
-    let paired_services = env_number("BENCH_PAIRED", 50);
-    let pods = services * 8;
-    install_crds();
-    let client = client().await;
+/// One fleet size's floors and squall's create and roll of it, measured in one run.
+struct ScaleRun {
+    services: usize,
+    pods: usize,
+    floor: Floor,
+    same_objects: Floor,
+    /// The budgeted roll floor with the Services, and (in the detailed run) without them.
+    budgeted_roll: RollFloor,
+    pods_roll: Option<RollFloor>,
+    created_in: Duration,
+    create: Settled,
+    create_cpu: f64,
+    create_rss: f64,
+    create_plane: PlaneCpu,
+    create_writes: f64,
+    create_by: String,
+    create_reads: f64,
+    roll: Settled,
+    roll_cpu: f64,
+    roll_rss: f64,
+    roll_plane: PlaneCpu,
+    roll_writes: f64,
+    roll_by: String,
+    roll_reads: f64,
+    /// Cached bytes per pod, from squall's gauges after the create.
+    bytes_per_pod: f64,
+    steady: Option<Steady>,
+}
 
+/// The steady state of the detailed run: squall's idle CPU, then what a forced re-reconcile
+/// of every StormService sent.
+struct Steady {
+    idle_cpu: f64,
+    writes: f64,
+    lists: f64,
+    server_lists: f64,
+}
+
+/// The nodes' allocatable pods: a fleet of `pods` rolled with a surge of half of it must fit,
+/// or pods stay Pending and the bench measures the scheduler's backlog instead.
+async fn check_capacity(client: &kube::Client, pods: usize) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let capacity: usize = nodes
+        .list(&Default::default())
+        .await
+        .expect("the nodes")
+        .items
+        .iter()
+        .filter_map(|n| n.status.as_ref()?.allocatable.as_ref()?.get("pods"))
+        .filter_map(|q| match q.0.strip_suffix('k') {
+            Some(thousands) => thousands.parse::<usize>().ok().map(|k| k * 1000),
+            None => q.0.parse().ok(),
+        })
+        .sum();
+    let needed = pods + pods / 2;
+    assert!(
+        capacity >= needed,
+        "the nodes hold {capacity} pods; a fleet of {pods} rolled with its surge needs {needed}: \
+         add fake nodes with `e2e/cluster.sh nodes {}` (2,000 pods each)",
+        needed.div_ceil(2000)
+    );
+}
+
+/// Floors, then squall (an operator of its own) creating `services` StormServices and rolling
+/// them; with `detailed`, also the budgeted floor without Services and the steady state.
+/// Returns the operator, still running, for the phases that follow.
+async fn scale_run(client: &kube::Client, services: usize, detailed: bool) -> (ScaleRun, Operator) {
+    let pods = services * 8;
+    check_capacity(client, pods).await;
     println!(
         "floors: {pods} pods from a raw client, {IN_FLIGHT} in flight, without and with Services ..."
     );
-    let floor = raw_pods(&client, pods, false).await;
-    let same_objects = raw_pods(&client, pods, true).await;
-    println!(
-        "budgeted roll floors: {pods} pods replaced replica by replica from a raw client, without and with Services ..."
-    );
-    let pods_roll = budgeted_roll_floor(&client, pods, false).await;
-    let budgeted_roll = budgeted_roll_floor(&client, pods, true).await;
+    let floor = raw_pods(client, pods, false).await;
+    let same_objects = raw_pods(client, pods, true).await;
+    println!("budgeted roll floor: {pods} pods replaced replica by replica from a raw client ...");
+    let budgeted_roll = budgeted_roll_floor(client, pods, true).await;
+    let pods_roll = if detailed {
+        Some(budgeted_roll_floor(client, pods, false).await)
+    } else {
+        None
+    };
 
     let operator = Operator::start("bench", &["--controllers=true"]);
     let pid = operator.pid();
-    let ns = TestNamespace::create(&client, "bench-scale").await;
+    let ns = TestNamespace::create(client, &format!("bench-scale-{pods}")).await;
     let api: Api<StormService> = Api::namespaced(client.clone(), ns.name());
     let writes_by = || write_requests(operator.admin_addr, &["stormservice", "roleset", "podset"]);
-    let writes = || writes_by().values().sum::<f64>();
+    let writes = |by: &BTreeMap<String, f64>| by.values().sum::<f64>();
     // Reads the controllers send (the caches' own list-then-watch is not a reconcile's).
     let reads = || {
         ["stormservice", "roleset", "podset"]
@@ -721,7 +788,7 @@ async fn main() {
     println!("scale: {services} StormServices, {pods} pods ...");
     let (cpu0, _) = usage(pid);
     let plane0 = PlaneCpu::sample(Some(pid));
-    let (writes0, by0) = (writes(), writes_by());
+    let by0 = writes_by();
     let reads0 = reads();
     let started = Instant::now();
     stream::iter(0..services)
@@ -736,30 +803,36 @@ async fn main() {
         .await;
     let created_in = started.elapsed();
     let create = all_settled(&api, services, 1, 2, started).await;
-    let create_ready = create.done;
-    let (cpu1, rss1) = usage(pid);
-    let plane1 = PlaneCpu::sample(Some(pid)).since(&plane0);
-    let (writes1, by1) = (writes(), writes_by());
+    let (cpu1, create_rss) = usage(pid);
+    let create_plane = PlaneCpu::sample(Some(pid)).since(&plane0);
+    let by1 = writes_by();
     let reads1 = reads();
     let gauge = |name| counter_sum(operator.admin_addr, name, &["resource=\"pods\""]);
     let bytes_per_pod = gauge("squall_cache_bytes") / gauge("squall_cache_objects").max(1.0);
 
-    println!("steady state: 60 s idle, then a forced re-reconcile of all ...");
-    let (idle0, _) = usage(pid);
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    let (idle1, _) = usage(pid);
-    let (steady_writes0, steady_lists0, server_lists0) =
-        (writes(), lists(), apiserver_lists(&client).await);
-    force_reconcile(&api, services, operator.admin_addr).await;
-    let steady_writes = writes() - steady_writes0;
-    let steady_lists = lists() - steady_lists0;
-    let server_lists = apiserver_lists(&client).await - server_lists0;
+    let steady = if detailed {
+        println!("steady state: 60 s idle, then a forced re-reconcile of all ...");
+        let (idle0, _) = usage(pid);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let (idle1, _) = usage(pid);
+        let (writes0, lists0, server_lists0) =
+            (writes(&writes_by()), lists(), apiserver_lists(client).await);
+        force_reconcile(&api, services, operator.admin_addr).await;
+        Some(Steady {
+            idle_cpu: idle1 - idle0,
+            writes: writes(&writes_by()) - writes0,
+            lists: lists() - lists0,
+            server_lists: apiserver_lists(client).await - server_lists0,
+        })
+    } else {
+        None
+    };
     let reads_steady = reads();
 
     println!("roll: image change on all of them ...");
     let (cpu_roll0, _) = usage(pid);
     let plane_roll0 = PlaneCpu::sample(Some(pid));
-    let (writes_roll0, by_roll0) = (writes(), writes_by());
+    let by_roll0 = writes_by();
     let started = Instant::now();
     stream::iter(0..services)
         .for_each_concurrent(IN_FLIGHT, |i| {
@@ -770,12 +843,150 @@ async fn main() {
         })
         .await;
     let roll = all_settled(&api, services, 2, 2, started).await;
-    let (cpu2, rss2) = usage(pid);
-    let plane2 = PlaneCpu::sample(Some(pid)).since(&plane_roll0);
-    let (writes2, by2) = (writes(), writes_by());
+    let (cpu2, roll_rss) = usage(pid);
+    let roll_plane = PlaneCpu::sample(Some(pid)).since(&plane_roll0);
+    let by2 = writes_by();
     let reads2 = reads();
-
     delete_namespace(ns.name());
+    let run = ScaleRun {
+        services,
+        pods,
+        floor,
+        same_objects,
+        budgeted_roll,
+        pods_roll,
+        created_in,
+        create,
+        create_cpu: cpu1 - cpu0,
+        create_rss,
+        create_plane,
+        create_writes: (writes(&by1) - writes(&by0)) / services as f64,
+        create_by: breakdown(&by0, &by1, services),
+        create_reads: reads1 - reads0,
+        roll,
+        roll_cpu: cpu2 - cpu_roll0,
+        roll_rss,
+        roll_plane,
+        roll_writes: (writes(&by2) - writes(&by_roll0)) / services as f64,
+        roll_by: breakdown(&by_roll0, &by2, services),
+        roll_reads: reads2 - reads_steady,
+        bytes_per_pod,
+        steady,
+    };
+    (run, operator)
+}
+
+/// The larger fleet beside the detailed one, both measured in this run: whether time, CPU,
+/// writes and memory per pod hold as the fleet grows (each time taken against its own
+/// fleet's floors, so the control plane's own growth is not counted against squall).
+fn compare(small: &ScaleRun, large: &ScaleRun) -> String {
+    let secs = |d: Duration| d.as_secs_f64();
+    let per_pod_ms = |cpu: f64, run: &ScaleRun| cpu * 1000.0 / run.pods as f64;
+    let mut rows = vec![
+        format!(
+            "\nController benchmark at {} pods ({} StormServices), beside the {} pods above, in the same run with operators of their own (each time is taken against its own fleet's floors; growth is the larger fleet's figure over the smaller's):\n",
+            large.pods, large.services, small.pods
+        ),
+        format!(
+            "| measure | {} pods | {} pods | growth |\n|---|---|---|---|",
+            small.pods, large.pods
+        ),
+    ];
+    let mut row = |measure: &str, unit: &str, a: f64, b: f64| {
+        rows.push(format!(
+            "| {measure} | {a:.2}{unit} | {b:.2}{unit} | {:.2}× |",
+            b / a
+        ));
+    };
+    let create_vs_floor = |r: &ScaleRun| secs(r.create.counted) / secs(r.floor.ready);
+    let create_vs_same = |r: &ScaleRun| secs(r.create.counted) / secs(r.same_objects.ready);
+    let roll_vs_floor = |r: &ScaleRun| secs(r.roll.counted) / secs(r.budgeted_roll.rolled);
+    row(
+        "create: time over the floor's",
+        "×",
+        create_vs_floor(small),
+        create_vs_floor(large),
+    );
+    row(
+        "create: time over the same-objects floor's",
+        "×",
+        create_vs_same(small),
+        create_vs_same(large),
+    );
+    row(
+        "roll: time over the budgeted floor's",
+        "×",
+        roll_vs_floor(small),
+        roll_vs_floor(large),
+    );
+    row(
+        "create: squall CPU per pod",
+        " ms",
+        per_pod_ms(small.create_cpu, small),
+        per_pod_ms(large.create_cpu, large),
+    );
+    row(
+        "roll: squall CPU per pod",
+        " ms",
+        per_pod_ms(small.roll_cpu, small),
+        per_pod_ms(large.roll_cpu, large),
+    );
+    row(
+        "create: API write requests per StormService",
+        "",
+        small.create_writes,
+        large.create_writes,
+    );
+    row(
+        "roll: API write requests per StormService",
+        "",
+        small.roll_writes,
+        large.roll_writes,
+    );
+    row(
+        "create: squall peak RSS",
+        " MiB",
+        small.create_rss,
+        large.create_rss,
+    );
+    row(
+        "roll: squall peak RSS",
+        " MiB",
+        small.roll_rss,
+        large.roll_rss,
+    );
+    rows.push(format!(
+        "| LIST + GET requests from the controllers, create / roll | {:.0} / {:.0} | {:.0} / {:.0} | |",
+        small.create_reads, small.roll_reads, large.create_reads, large.roll_reads
+    ));
+    rows.push(format!(
+        "| create: what the writes were, per StormService | {} | {} | |",
+        small.create_by, large.create_by
+    ));
+    rows.push(format!(
+        "| roll: what the writes were, per StormService | {} | {} | |",
+        small.roll_by, large.roll_by
+    ));
+    rows.push(format!(
+        "| roll: control-plane CPU by process, seconds, squall / budgeted floor | {} / {} | {} / {} | |",
+        small.roll_plane.by_process(),
+        small.budgeted_roll.cpu.by_process(),
+        large.roll_plane.by_process(),
+        large.budgeted_roll.cpu.by_process()
+    ));
+    rows.join("\n") + "\n"
+}
+
+#[tokio::main]
+async fn main() {
+    let services = env_number("BENCH_SERVICES", 200);
+    let large_services = env_number("BENCH_LARGE_SERVICES", 625);
+    let canaries = env_number("BENCH_CANARIES", 25);
+    let paired_services = env_number("BENCH_PAIRED", 50);
+    install_crds();
+    let client = client().await;
+
+    let (run, operator) = scale_run(&client, services, true).await;
     println!("step latency: {canaries} canaries x 4 steps ...");
     let mut latencies = step_latencies(&client, canaries).await;
     latencies.sort_by(f64::total_cmp);
@@ -797,8 +1008,24 @@ async fn main() {
     )
     .await;
     drop(operator);
+    let large = if large_services > 0 {
+        let (large, operator) = scale_run(&client, large_services, false).await;
+        drop(operator);
+        Some(large)
+    } else {
+        None
+    };
 
-    let squall_rate = pods as f64 / create_ready.as_secs_f64();
+    let (pods, services) = (run.pods, run.services);
+    let steady = run
+        .steady
+        .as_ref()
+        .expect("the detailed run's steady state");
+    let pods_roll = run
+        .pods_roll
+        .as_ref()
+        .expect("the detailed run's floor without Services");
+    let squall_rate = pods as f64 / run.create.done.as_secs_f64();
     let machine = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -815,63 +1042,66 @@ async fn main() {
     table.push_str("| measure | value |\n|---|---|\n");
     table.push_str(&format!(
         "| floor: {pods} pods from a raw client ({IN_FLIGHT} in flight), created / all Ready / control-plane CPU | {:.0} pods/s / {:.1} s / {:.1} s |\n",
-        floor.rate,
-        floor.ready.as_secs_f64(),
-        floor.cpu.total()
+        run.floor.rate,
+        run.floor.ready.as_secs_f64(),
+        run.floor.cpu.total()
     ));
     table.push_str(&format!(
         "| same-objects floor: those pods and {services} headless Services (one per 8 pods) from a raw client | {:.0} pods/s / {:.1} s ({:.2}× the floor's) / {:.1} s |\n",
-        same_objects.rate,
-        same_objects.ready.as_secs_f64(),
-        same_objects.ready.as_secs_f64() / floor.ready.as_secs_f64(),
-        same_objects.cpu.total()
+        run.same_objects.rate,
+        run.same_objects.ready.as_secs_f64(),
+        run.same_objects.ready.as_secs_f64() / run.floor.ready.as_secs_f64(),
+        run.same_objects.cpu.total()
     ));
     table.push_str(&format!(
         "| create: all {services} StormServices Ready (creates sent in {:.1} s; counts caught up at {:.1} s) | {:.1} s ({squall_rate:.0} pods/s): {:.2}× the floor's time, {:.2}× the same-objects floor's |\n",
-        created_in.as_secs_f64(),
-        create.counted.as_secs_f64(),
-        create_ready.as_secs_f64(),
-        create_ready.as_secs_f64() / floor.ready.as_secs_f64(),
-        create_ready.as_secs_f64() / same_objects.ready.as_secs_f64()
+        run.created_in.as_secs_f64(),
+        run.create.counted.as_secs_f64(),
+        run.create.done.as_secs_f64(),
+        run.create.done.as_secs_f64() / run.floor.ready.as_secs_f64(),
+        run.create.done.as_secs_f64() / run.same_objects.ready.as_secs_f64()
     ));
     table.push_str(&format!(
         "| create: control-plane CPU (squall included) | {:.1} s: {:.2}× the floor's, {:.2}× the same-objects floor's |\n",
-        plane1.total(),
-        plane1.total() / floor.cpu.total(),
-        plane1.total() / same_objects.cpu.total()
+        run.create_plane.total(),
+        run.create_plane.total() / run.floor.cpu.total(),
+        run.create_plane.total() / run.same_objects.cpu.total()
     ));
     table.push_str(&format!(
         "| create: control-plane CPU by process, seconds, squall / same-objects floor | {} / {} |\n",
-        plane1.by_process(),
-        same_objects.cpu.by_process()
+        run.create_plane.by_process(),
+        run.same_objects.cpu.by_process()
     ));
     table.push_str(&format!(
         "| create: API write requests per StormService | {:.1} |\n",
-        (writes1 - writes0) / services as f64
+        run.create_writes
     ));
     table.push_str(&format!(
         "| create: what they were, per StormService | {} |\n",
-        breakdown(&by0, &by1, services)
+        run.create_by
     ));
     table.push_str(&format!(
         "| create: LIST + GET requests from the controllers | {:.0} |\n",
-        reads1 - reads0
+        run.create_reads
     ));
     table.push_str(&format!(
-        "| create: squall CPU / peak RSS | {:.1} s / {rss1:.0} MiB |\n",
-        cpu1 - cpu0
+        "| create: squall CPU / peak RSS | {:.1} s / {:.0} MiB |\n",
+        run.create_cpu, run.create_rss
     ));
     table.push_str(&format!(
         "| steady: squall CPU over 60 idle seconds | {:.2} s |\n",
-        idle1 - idle0
+        steady.idle_cpu
     ));
     table.push_str(&format!(
-        "| steady: forced re-reconcile of all {services}: writes / squall LISTs / API server LISTs (anyone) | {steady_writes:.0} / {steady_lists:.0} / {server_lists:.0} |\n"
+        "| steady: forced re-reconcile of all {services}: writes / squall LISTs / API server LISTs (anyone) | {:.0} / {:.0} / {:.0} |\n",
+        steady.writes,
+        steady.lists,
+        steady.server_lists
     ));
     table.push_str(&format!(
         "| budgeted roll floor: those pods in groups of 2 × 4, each group selected by its headless Service, replaced replica by replica from a raw client (new replica created, Ready, old deleted, gone: maxSurge 1 / maxUnavailable 0) / control-plane CPU | {:.1} s / {:.1} s |\n",
-        budgeted_roll.rolled.as_secs_f64(),
-        budgeted_roll.cpu.total()
+        run.budgeted_roll.rolled.as_secs_f64(),
+        run.budgeted_roll.cpu.total()
     ));
     table.push_str(&format!(
         "| budgeted roll floor without the Services: time / control-plane CPU | {:.1} s / {:.1} s |\n",
@@ -880,39 +1110,40 @@ async fn main() {
     ));
     table.push_str(&format!(
         "| roll (image change of one role): all Ready at the new revision / counts caught up | {:.1} s / {:.1} s: {:.2}× the budgeted floor's ({:.2}× the one without Services) |\n",
-        roll.done.as_secs_f64(),
-        roll.counted.as_secs_f64(),
-        roll.counted.as_secs_f64() / budgeted_roll.rolled.as_secs_f64(),
-        roll.counted.as_secs_f64() / pods_roll.rolled.as_secs_f64()
+        run.roll.done.as_secs_f64(),
+        run.roll.counted.as_secs_f64(),
+        run.roll.counted.as_secs_f64() / run.budgeted_roll.rolled.as_secs_f64(),
+        run.roll.counted.as_secs_f64() / pods_roll.rolled.as_secs_f64()
     ));
     table.push_str(&format!(
         "| roll: control-plane CPU (squall included) | {:.1} s: {:.2}× the budgeted floor's |\n",
-        plane2.total(),
-        plane2.total() / budgeted_roll.cpu.total()
+        run.roll_plane.total(),
+        run.roll_plane.total() / run.budgeted_roll.cpu.total()
     ));
     table.push_str(&format!(
         "| roll: control-plane CPU by process, seconds, squall / budgeted floor | {} / {} |\n",
-        plane2.by_process(),
-        budgeted_roll.cpu.by_process()
+        run.roll_plane.by_process(),
+        run.budgeted_roll.cpu.by_process()
     ));
     table.push_str(&format!(
         "| roll: API write requests per StormService | {:.1} |\n",
-        (writes2 - writes_roll0) / services as f64
+        run.roll_writes
     ));
     table.push_str(&format!(
         "| roll: what they were, per StormService | {} |\n",
-        breakdown(&by_roll0, &by2, services)
+        run.roll_by
     ));
     table.push_str(&format!(
         "| roll: LIST + GET requests from the controllers | {:.0} |\n",
-        reads2 - reads_steady
+        run.roll_reads
     ));
     table.push_str(&format!(
-        "| roll: squall CPU / peak RSS | {:.1} s / {rss2:.0} MiB |\n",
-        cpu2 - cpu_roll0
+        "| roll: squall CPU / peak RSS | {:.1} s / {:.0} MiB |\n",
+        run.roll_cpu, run.roll_rss
     ));
     table.push_str(&format!(
-        "| cached pod (lean JSON) | {bytes_per_pod:.0} bytes |\n"
+        "| cached pod (lean JSON) | {:.0} bytes |\n",
+        run.bytes_per_pod
     ));
     table.push_str(&format!(
         "| canary step latency, last pod Ready → next step ({} steps) | p50 {:.0} ms, p99 {:.0} ms |\n",
@@ -941,6 +1172,9 @@ async fn main() {
         "| pairing: gate writes (pods/status patches) per pod in the roll (goal ≤ 1) | {:.2} |\n",
         paired.roll_gates_per_pod
     ));
+    if let Some(large) = &large {
+        table.push_str(&compare(&run, large));
+    }
     println!("\n{table}");
     let out = e2e::workspace_root().join("target/bench");
     std::fs::create_dir_all(&out).unwrap();
