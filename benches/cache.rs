@@ -19,9 +19,11 @@
 //! events each), then the old RoleSet's pods and the RoleSet marked deleted and deleted — so
 //! old and new pods of a replica are in the caches together, as in the real roll. Reported:
 //! RSS over idle after the list; the peak RSS over idle (the kernel's high-water mark,
-//! transient peaks included) and that per pod; this thread's CPU time per event fed; and the
-//! heap each kind's objects hold once listed, per object (a counting allocator: bytes asked
-//! for, without the allocator's own overhead), which says where the RSS goes.
+//! transient peaks included) and that per pod; the live heap over idle after the list and
+//! at the end (a counting allocator: bytes asked for, without the allocator's own overhead),
+//! whose distance from the RSS is the allocator's overhead and the fragmentation the churn
+//! leaves; this thread's CPU time per event fed; and the heap each kind's objects hold once
+//! listed, per object, which says where the RSS goes.
 //!
 //! Run with `make bench` (or `cargo bench --bench cache`); writes `target/bench/cache.md`.
 
@@ -425,6 +427,7 @@ fn measure(pods: usize) {
     };
     runtime.block_on(tokio::task::yield_now());
     let (idle, _) = rss();
+    let idle_heap = heap();
     let mut fed = Fed::default();
 
     // The first lists, with the heap each kind's objects hold once listed (bytes per object).
@@ -459,6 +462,7 @@ fn measure(pods: usize) {
     let per_pod = held(before, all_pods.len());
     runtime.block_on(tokio::task::yield_now());
     let (listed, _) = rss();
+    let listed_heap = heap().saturating_sub(idle_heap);
 
     // The rollout: all services at once, replica by replica.
     for s in 0..services {
@@ -508,6 +512,7 @@ fn measure(pods: usize) {
             "pods": pods, "services": services, "rolesets": services * REPLICAS,
             "idle_kib": idle, "listed_kib": listed.saturating_sub(idle),
             "settled_kib": settled.saturating_sub(idle), "peak_kib": peak.saturating_sub(idle),
+            "listed_heap_kib": listed_heap / 1024, "settled_heap_kib": heap().saturating_sub(idle_heap) / 1024,
             "events": fed.events, "cpu_ns_per_event": fed.cpu.as_nanos() as u64 / fed.events.max(1),
             "heap_bytes_per": {"pod": per_pod, "roleset": per_roleset,
                 "stormservice": per_stormservice, "revision": per_revision, "service": per_service},
@@ -544,20 +549,22 @@ fn main() {
     }
     let mib = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0) / 1024.0;
     let mut table = String::from(
-        "Cache scale (`benches/cache.rs`: the caches' real ingestion fed a generated fleet shaped like the controller bench's, objects from a LIST of that run; one process per fleet; RSS over the process's idle RSS; the peak is the kernel's high-water mark during the first list and a rollout of every StormService, old and new pods of a replica cached together):\n\n\
-         | pods | RoleSets / StormServices | RSS after the list | peak RSS | peak per pod | CPU per event | heap per object listed: pod / RoleSet / StormService / revision / Service |\n\
-         |---|---|---|---|---|---|---|\n",
+        "Cache scale (`benches/cache.rs`: the caches' real ingestion fed a generated fleet shaped like the controller bench's, objects from a LIST of that run; one process per fleet; RSS over the process's idle RSS; the peak is the kernel's high-water mark during the first list and a rollout of every StormService, old and new pods of a replica cached together; the live heap is what the objects hold, the rest of the RSS the allocator's overhead and the fragmentation the rollout's churn leaves):\n\n\
+         | pods | RoleSets / StormServices | RSS after the list | peak RSS | peak per pod | live heap after the list / at the end | CPU per event | heap per object listed: pod / RoleSet / StormService / revision / Service |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for row in &rows {
         let pods = row["pods"].as_f64().unwrap_or(1.0);
         table.push_str(&format!(
-            "| {} | {} / {} | {:.1} MiB | {:.1} MiB | {:.2} KiB | {:.1} µs | {} / {} / {} / {} / {} bytes |\n",
+            "| {} | {} / {} | {:.1} MiB | {:.1} MiB | {:.2} KiB | {:.1} / {:.1} MiB | {:.1} µs | {} / {} / {} / {} / {} bytes |\n",
             row["pods"],
             row["rolesets"],
             row["services"],
             mib(&row["listed_kib"]),
             mib(&row["peak_kib"]),
             row["peak_kib"].as_f64().unwrap_or(0.0) / pods,
+            mib(&row["listed_heap_kib"]),
+            mib(&row["settled_heap_kib"]),
             row["cpu_ns_per_event"].as_f64().unwrap_or(0.0) / 1000.0,
             row["heap_bytes_per"]["pod"],
             row["heap_bytes_per"]["roleset"],
