@@ -19,15 +19,16 @@
 //! events each), then the old RoleSet's pods and the RoleSet marked deleted and deleted — so
 //! old and new pods of a replica are in the caches together, as in the real roll. Reported:
 //! RSS over idle after the list; the peak RSS over idle (the kernel's high-water mark,
-//! transient peaks included) and that per pod; the live heap over idle after the list and
-//! at the end (a counting allocator: bytes asked for, without the allocator's own overhead),
-//! whose distance from the RSS is the allocator's overhead and the fragmentation the churn
-//! leaves; this thread's CPU time per event fed; and the heap each kind's objects hold once
-//! listed, per object, which says where the RSS goes.
+//! transient peaks included) and that per pod; the live heap over idle after the list, at
+//! its peak and at the end (a counting allocator: bytes asked for, without the allocator's
+//! own overhead; the peak is the roll's surge, old and new replicas held together), whose
+//! distance from the RSS is the allocator's overhead; this thread's CPU time per event fed;
+//! and the heap each kind's objects hold once listed, per object, which says where the RSS
+//! goes.
 //!
 //! Run with `make bench` (or `cargo bench --bench cache`); writes `target/bench/cache.md`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -50,27 +51,34 @@ const PODS_PER_ROLE: usize = 2;
 /// Objects per list page: the watcher's default (`watcher::Config::page_size`).
 const PAGE: usize = 500;
 
-/// The system allocator, counting the bytes live on the heap: where RSS goes, kind by kind.
+/// squall's allocator (jemalloc, as `src/main.rs` sets it), counting the bytes live on the
+/// heap and their high-water mark: where RSS goes, kind by kind.
 struct Counting;
 
+static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static HEAP: AtomicUsize = AtomicUsize::new(0);
+static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every call is passed to the system allocator unchanged; only a count is kept.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        HEAP.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
+        let live = HEAP.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        HEAP_PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the allocator's.
+        unsafe { JEMALLOC.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { JEMALLOC.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        HEAP.fetch_add(new_size.wrapping_sub(layout.size()), Ordering::Relaxed);
+        let live = HEAP
+            .fetch_add(new_size.wrapping_sub(layout.size()), Ordering::Relaxed)
+            .wrapping_add(new_size.wrapping_sub(layout.size()));
+        HEAP_PEAK.fetch_max(live, Ordering::Relaxed);
         // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { JEMALLOC.realloc(ptr, layout, new_size) }
     }
 }
 
@@ -80,6 +88,11 @@ static ALLOCATOR: Counting = Counting;
 /// Bytes live on the heap.
 fn heap() -> usize {
     HEAP.load(Ordering::Relaxed)
+}
+
+/// The most bytes live on the heap at once so far.
+fn heap_peak() -> usize {
+    HEAP_PEAK.load(Ordering::Relaxed)
 }
 
 /// The sample's own names and identifiers, replaced in every generated object.
@@ -512,7 +525,8 @@ fn measure(pods: usize) {
             "pods": pods, "services": services, "rolesets": services * REPLICAS,
             "idle_kib": idle, "listed_kib": listed.saturating_sub(idle),
             "settled_kib": settled.saturating_sub(idle), "peak_kib": peak.saturating_sub(idle),
-            "listed_heap_kib": listed_heap / 1024, "settled_heap_kib": heap().saturating_sub(idle_heap) / 1024,
+            "listed_heap_kib": listed_heap / 1024, "peak_heap_kib": heap_peak().saturating_sub(idle_heap) / 1024,
+            "settled_heap_kib": heap().saturating_sub(idle_heap) / 1024,
             "events": fed.events, "cpu_ns_per_event": fed.cpu.as_nanos() as u64 / fed.events.max(1),
             "heap_bytes_per": {"pod": per_pod, "roleset": per_roleset,
                 "stormservice": per_stormservice, "revision": per_revision, "service": per_service},
@@ -549,14 +563,14 @@ fn main() {
     }
     let mib = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0) / 1024.0;
     let mut table = String::from(
-        "Cache scale (`benches/cache.rs`: the caches' real ingestion fed a generated fleet shaped like the controller bench's, objects from a LIST of that run; one process per fleet; RSS over the process's idle RSS; the peak is the kernel's high-water mark during the first list and a rollout of every StormService, old and new pods of a replica cached together; the live heap is what the objects hold, the rest of the RSS the allocator's overhead and the fragmentation the rollout's churn leaves):\n\n\
-         | pods | RoleSets / StormServices | RSS after the list | peak RSS | peak per pod | live heap after the list / at the end | CPU per event | heap per object listed: pod / RoleSet / StormService / revision / Service |\n\
+        "Cache scale (`benches/cache.rs`: the caches' real ingestion fed a generated fleet shaped like the controller bench's, objects from a LIST of that run; one process per fleet; RSS over the process's idle RSS; the peak is the kernel's high-water mark during the first list and a rollout of every StormService, old and new pods of a replica cached together; the live heap is what the objects hold, at its peak the roll's surge, and the rest of the RSS the allocator's overhead; allocator jemalloc, as squall's):\n\n\
+         | pods | RoleSets / StormServices | RSS after the list | peak RSS | peak per pod | live heap after the list / at its peak / at the end | CPU per event | heap per object listed: pod / RoleSet / StormService / revision / Service |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
     for row in &rows {
         let pods = row["pods"].as_f64().unwrap_or(1.0);
         table.push_str(&format!(
-            "| {} | {} / {} | {:.1} MiB | {:.1} MiB | {:.2} KiB | {:.1} / {:.1} MiB | {:.1} µs | {} / {} / {} / {} / {} bytes |\n",
+            "| {} | {} / {} | {:.1} MiB | {:.1} MiB | {:.2} KiB | {:.1} / {:.1} / {:.1} MiB | {:.1} µs | {} / {} / {} / {} / {} bytes |\n",
             row["pods"],
             row["rolesets"],
             row["services"],
@@ -564,6 +578,7 @@ fn main() {
             mib(&row["peak_kib"]),
             row["peak_kib"].as_f64().unwrap_or(0.0) / pods,
             mib(&row["listed_heap_kib"]),
+            mib(&row["peak_heap_kib"]),
             mib(&row["settled_heap_kib"]),
             row["cpu_ns_per_event"].as_f64().unwrap_or(0.0) / 1000.0,
             row["heap_bytes_per"]["pod"],

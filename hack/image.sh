@@ -3,9 +3,10 @@
 # bases (rust:1.95-bookworm, gcr.io/distroless/cc-debian12:nonroot) cannot be pulled. Both
 # bases get local stand-ins made from Debian's packages only, cached in podman's store
 # (hack/podman.sh) outside the repository and made once per STANDIN_REVISION:
-#   build    Debian bookworm (debootstrap minbase) with gcc and libc6-dev, cargo offline; the
-#            build mounts the machine's Rust toolchain and cargo registry read-only, so it
-#            downloads nothing the host could not (and runs without a network);
+#   build    Debian bookworm (debootstrap minbase) with gcc, libc6-dev and make (jemalloc's
+#            build), cargo offline; the build mounts the machine's Rust toolchain and cargo
+#            registry read-only, so it downloads nothing the host could not (and runs
+#            without a network);
 #   runtime  what distroless cc-debian12 holds, unpacked from the same Debian packages:
 #            glibc, libgcc, libstdc++, libgomp, libssl, CA certificates, tzdata, netbase,
 #            base-files; users root and nonroot (65532), USER 65532, no shell.
@@ -21,7 +22,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 IMAGE=${SQUALL_IMAGE:-localhost/squall:dev}
 # Bump when a stand-in's recipe below changes: its tag changes, so it is made again.
-STANDIN_REVISION=1
+STANDIN_REVISION=2
 BUILD_BASE=localhost/squall-standin/rust:bookworm-r$STANDIN_REVISION
 RUNTIME_BASE=localhost/squall-standin/cc-debian12:nonroot-r$STANDIN_REVISION
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -69,8 +70,8 @@ build_base() {
   if has_image "$BUILD_BASE"; then echo "    $BUILD_BASE: cached"; return; fi
   local work
   work=$(mktemp -d)
-  echo "    debootstrap bookworm (minbase, gcc, libc6-dev) from $DEBIAN_MIRROR"
-  debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates bookworm "$work/root" \
+  echo "    debootstrap bookworm (minbase, gcc, make, libc6-dev) from $DEBIAN_MIRROR"
+  debootstrap --variant=minbase --include=gcc,make,libc6-dev,ca-certificates bookworm "$work/root" \
     "$DEBIAN_MIRROR" >"$work/debootstrap.log" 2>&1 \
     || { tail -n 20 "$work/debootstrap.log" >&2; return 1; }
   rm -rf "$work/root/var/cache/apt/archives"/*.deb "$work/root/var/lib/apt/lists"/*
