@@ -26,23 +26,15 @@ pub const INFORMATIONAL_WRITES_PER_SECOND: u32 = 10;
 /// meaningful while a fleet of hundreds moves at once (their conditions never lag).
 pub const COALESCE_MAX: Duration = Duration::from_secs(60);
 
-/// The longest a first status that says no more than an absent one waits (nothing Ready
-/// yet, see [`roleset_status_unwritten`](crate::planner::roleset::status::roleset_status_unwritten)):
-/// its pods are still being created, scheduled, pulled and started. In a fleet-wide create
-/// or rollout every new object waits its turn on the shared control plane — minutes, for
-/// thousands of pods — and a model server's image takes minutes to pull: a status written
-/// meanwhile tells readers nothing and is written again when the pods turn Ready, so the
-/// writes an object costs would grow with the fleet around it.
-pub const FIRST_STATUS_MAX: Duration = Duration::from_secs(300);
-
 /// How long a count-only change waits when `waiting` objects already hold one back: at
 /// least [`COALESCE`], and long enough that those writes, spread over the window, stay
 /// within [`INFORMATIONAL_WRITES_PER_SECOND`] (at most [`COALESCE_MAX`]). A `first` status
-/// that says no more than an absent one waits [`FIRST_STATUS_MAX`]: the write that says
-/// more (a pod Ready, a failure) is due at once anyway.
+/// that says no more than an absent one (nothing Ready yet, see
+/// [`roleset_status_unwritten`](crate::planner::roleset::status::roleset_status_unwritten)) waits [`COALESCE_MAX`]: most objects turn Ready within it,
+/// and that write is due at once anyway.
 pub fn coalesce_window(waiting: usize, first: bool) -> Duration {
     if first {
-        return FIRST_STATUS_MAX;
+        return COALESCE_MAX;
     }
     let spread =
         Duration::from_secs_f64(waiting as f64 / f64::from(INFORMATIONAL_WRITES_PER_SECOND));
@@ -304,13 +296,11 @@ mod tests {
             COALESCE_MAX,
             "counts never lag unboundedly"
         );
-        for waiting in [0, usize::MAX] {
-            assert_eq!(
-                coalesce_window(waiting, true),
-                FIRST_STATUS_MAX,
-                "a first status says nothing new, however many wait"
-            );
-        }
+        assert_eq!(
+            coalesce_window(0, true),
+            COALESCE_MAX,
+            "a first status says nothing new"
+        );
     }
 
     proptest! {

@@ -185,7 +185,7 @@ mod tests {
     use crate::api::{RoleSet, RoleSetStatus, RoleStatus};
     use crate::controller::kit::context::unreachable_context;
     use crate::planner::roleset::status::ROLESET_COUNTERS;
-    use crate::planner::status::{COALESCE, FIRST_STATUS_MAX};
+    use crate::planner::status::{COALESCE, COALESCE_MAX};
 
     fn object(uid: &str, version: &str) -> RoleSet {
         let mut rs = RoleSet::new("rs", Default::default());
@@ -272,7 +272,7 @@ mod tests {
                 .await
                 .is_err()
         );
-        // A first status that says nothing new waits until the pods say more.
+        // A first status that says nothing new waits the longest window.
         assert_eq!(
             ctx.status
                 .write(
@@ -284,7 +284,7 @@ mod tests {
                 )
                 .await
                 .unwrap(),
-            Some(FIRST_STATUS_MAX)
+            Some(COALESCE_MAX)
         );
         // Nothing changed: nothing to write, nothing held.
         assert_eq!(

@@ -105,10 +105,9 @@ pub fn failure(obstacles: Obstacles) -> Option<Failure> {
 }
 
 /// What a RoleSet without a status means to every reader (the StormService controller, a
-/// `kubectl wait`): nothing Ready yet (and, when `paired`, no key waiting). A first status that
-/// says no more than that may wait like a count — a RoleSet whose pods turn Ready within
-/// [`FIRST_STATUS_MAX`](crate::planner::status::FIRST_STATUS_MAX) gets one status write, not
-/// two, however large the fleet moving with it.
+/// `kubectl wait`): nothing Ready yet (and, when `paired`, no key waiting). A first status that says no more than that may wait
+/// like a count — a RoleSet whose pods turn Ready within [`COALESCE_MAX`](crate::planner::status::COALESCE_MAX) gets one status
+/// write, not two.
 pub fn roleset_status_unwritten(
     generation: Option<i64>,
     inputs: &[RoleInput],

@@ -103,7 +103,7 @@ async fn writes_for_creating_rolling_and_deleting_a_three_role_roleset_are_bound
     println!("roleset writes: create {create_writes}, roll {roll_writes} (3 roles x 2 pods)");
 
     // 6 pod creates, the finalizer (a RoleSet a user creates comes without it) and status
-    // patches: a first status that only counts pods waits for Ready (up to five minutes), later
+    // patches: a first status that only counts pods waits for Ready (up to a minute), later
     // counts up to 5 s on a quiet cluster (planner::status::coalesce_window).
     assert!(
         create_writes >= 6.0,
