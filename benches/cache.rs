@@ -59,7 +59,7 @@ static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static HEAP: AtomicUsize = AtomicUsize::new(0);
 static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: every call is passed to the system allocator unchanged; only a count is kept.
+// SAFETY: every call is passed to jemalloc unchanged; only counts are kept.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let live = HEAP.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
